@@ -1,0 +1,47 @@
+# Set-up and checks. Every target installs into .venv first (created if missing).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
+
+.PHONY: install run test test-all bench lint format clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Until the REST service lands this trains SMART on a quick real example (RTE subset, MiniLM-L6).
+run: install
+	$(BIN)/smartune train --task rte --model minilm-l6 --method smart --epochs 2 \
+	  --max-train-samples 256 --max-eval-samples 128 --max-seq-length 128 --output out/quick-rte
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-all: lint
+	$(BIN)/python -m pytest -q
+
+bench: install
+	mkdir -p bench/results
+	$(BIN)/smartune bench step --model minilm-l6 \
+	  --methods vanilla,smart,smart-renorm,smart-rs-only,smart-breg-only,r3f,freelb \
+	  --batch-size 16 --seq-len 64 --json | tee bench/results/step.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache out

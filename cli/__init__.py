@@ -1,0 +1,1 @@
+"""The `smartune` command line: a thin shell; subcommands import their side lazily."""
