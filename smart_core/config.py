@@ -1,0 +1,114 @@
+"""Method configuration for SMART and its baselines: one frozen dataclass, presets as data.
+
+Symbols follow Jiang et al. (ACL 2020), Section 3 and Algorithm 1. Nothing here computes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+MethodName = Literal["vanilla", "smart", "r3f", "freelb", "pgd"]
+Projection = Literal["ball", "renorm"]  # ball: clamp δ to the ε-ball (paper); renorm: official mt-dnn rule
+GradNorm = Literal["example-inf", "token-inf", "example-l2", "none"]
+NormP = Literal["inf", "2"]
+BregmanKind = Literal["momentum", "vanilla", "none"]
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Every hyperparameter of a training method; defaults are the paper's (Section 4.1, Appendix B)."""
+
+    method: MethodName = "smart"
+    lambda_s: float = 1.0  # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation)
+    mu: float = 1.0  # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
+    epsilon: float = 1e-5  # ε: radius of the ℓ_p ball of the `ball` projection (embedding units)
+    sigma: float = 1e-5  # σ: std of the Gaussian init ν ~ N(0, σ²I) of the perturbation
+    eta: float = 1e-3  # η: ascent step size, applied to the normalised gradient
+    ascent_steps: int = 1  # T_x: inner ascent steps (paper: 1)
+    projection: Projection = "ball"
+    grad_norm: GradNorm = (
+        "example-inf"  # how g is normalised before the step (Algorithm 1 line 8: per example ℓ∞)
+    )
+    norm_p: NormP = "inf"  # p of the ball (`ball`) or of the per-token norm (`renorm`)
+    renorm_stabilizer: float = (
+        1e-6  # added to the per-token norm in `renorm` (mt-dnn's "adv_epsilon"), not a radius
+    )
+    bregman: BregmanKind = "momentum"  # MBPP (EMA teacher), VBPP (previous outer iterate) or none
+    inner_updates: int = 1  # S: optimiser updates per outer proximal iteration (reference fixed during them)
+    beta_early: float = 0.99  # β of the EMA teacher for the first `beta_switch` fraction of planned updates
+    beta_late: float = 0.999  # β afterwards
+    beta_switch: float = 0.1  # fraction of planned updates that use beta_early
+    adv_steps: int = 2  # K: ascent steps of FreeLB / PGD
+    adv_lr: float = 0.1  # α: FreeLB / PGD step size on the normalised gradient
+    adv_init_mag: float = 0.6  # FreeLB / PGD initial perturbation magnitude (0 = start clean)
+    adv_max_norm: float = 0.0  # FreeLB / PGD projection radius (0 = no projection)
+    adv_norm: Literal["l2", "inf"] = "l2"  # FreeLB / PGD norm for init, normalisation and projection
+
+    def __post_init__(self) -> None:
+        for name in ("lambda_s", "mu", "epsilon", "sigma", "eta", "renorm_stabilizer", "adv_lr"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("beta_early", "beta_late", "beta_switch"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.ascent_steps < 0:
+            raise ValueError(f"ascent_steps (T_x) must be >= 0, got {self.ascent_steps}")
+        if self.inner_updates < 1:
+            raise ValueError(f"inner_updates (S) must be >= 1, got {self.inner_updates}")
+        if self.method in ("freelb", "pgd") and self.adv_steps < 1:
+            raise ValueError(f"adv_steps (K) must be >= 1 for {self.method}, got {self.adv_steps}")
+        if self.uses_bregman and self.bregman == "vanilla" and self.inner_updates == 1:
+            raise ValueError(
+                "bregman='vanilla' (VBPP) with inner_updates S=1 is a no-op: the reference is the previous "
+                "outer iterate, which equals the current weights, so D_Breg(θ_t, θ_t) = 0. "
+                "Use S > 1 or bregman='momentum' (MBPP)."
+            )
+
+    @property
+    def uses_smoothness(self) -> bool:
+        """True when a step computes R_s (SMART with λ_s > 0, or R3F)."""
+        return self.method in ("smart", "r3f") and self.lambda_s > 0
+
+    @property
+    def uses_bregman(self) -> bool:
+        """True when a step adds μ·D_Breg against a reference model."""
+        return self.method in ("smart", "r3f") and self.mu > 0 and self.bregman != "none"
+
+    def with_overrides(self, **overrides: Any) -> MethodConfig:
+        return replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Named methods: the benchmark's and the CLI's vocabulary. Data, not branches.
+METHOD_PRESETS: dict[str, dict[str, Any]] = {
+    "vanilla": {"method": "vanilla", "lambda_s": 0.0, "mu": 0.0, "bregman": "none"},
+    # Full SMART, paper text: ℓ∞-normalised gradient, step η, clamp to the ε-ball; MBPP teacher.
+    "smart": {"method": "smart"},
+    # The official mt-dnn rule: raw gradient, δ ← (δ + η·g) / (‖δ + η·g‖∞ per token + 1e-6).
+    "smart-renorm": {"method": "smart", "projection": "renorm", "grad_norm": "none"},
+    "smart-rs-only": {"method": "smart", "mu": 0.0, "bregman": "none"},  # the paper's −D_Breg
+    "smart-breg-only": {"method": "smart", "lambda_s": 0.0},  # the paper's −R_s (momentum teacher only)
+    # R3F (Aghajanyan et al. 2021): random N(0, σ²) noise, no ascent, symmetric KL.
+    "r3f": {"method": "r3f", "mu": 0.0, "bregman": "none", "ascent_steps": 0},
+    "freelb": {"method": "freelb", "lambda_s": 0.0, "mu": 0.0, "bregman": "none"},
+    "pgd": {
+        "method": "pgd",
+        "lambda_s": 0.0,
+        "mu": 0.0,
+        "bregman": "none",
+        "adv_steps": 2,
+        "adv_lr": 0.04,
+        "adv_init_mag": 0.64,
+        "adv_max_norm": 0.4,
+    },
+}
+
+
+def method_config(name: str, **overrides: Any) -> MethodConfig:
+    """The preset `name` (see METHOD_PRESETS) with `overrides` applied; unknown names list the known ones."""
+    if name not in METHOD_PRESETS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(METHOD_PRESETS))}")
+    return MethodConfig(**{**METHOD_PRESETS[name], **overrides})
