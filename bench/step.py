@@ -1,0 +1,348 @@
+"""`smartune bench step`: time and peak memory of one full training update per method.
+
+A step is what worker/loop.py::train_step does: the method's loss (smart_core.Objective over ModelFns built
+from worker.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
+zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
+- Time: every method (and the smart-pytorch peer) on one fixed batch, interleaved round-robin in one
+  process after warm-up rounds, the round's order rotated each round; the median per method is reported.
+- Memory: one child process per method (`python -m bench.step --child METHOD ...`), since a process
+  cannot forget its own allocator history. See `memory_note()` for what is counted.
+- Padding: bench/padding.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import Tensor, nn
+
+from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
+from smart_core import METHOD_PRESETS, ModelFns, Objective, method_config
+from worker.adapter import EmbeddingAdapter
+from worker.models import resolve_model
+
+PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
+WARMUP_ROUNDS = 2  # untimed rounds: lazy AdamW state, allocator growth, oneDNN/cuBLAS kernel selection
+MEMORY_STEPS = 3  # updates a memory child runs after its baseline (the first allocates the AdamW state)
+MEMORY_PARALLEL = 2  # memory children at a time
+LR = 1e-5
+PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
+    """The benchmark's model (fp32, seeded head) and tokenizer; a classification task of `num_labels`."""
+    return resolve_model(name, num_labels=num_labels, is_regression=False, head_dropout=0.1, seed=0)
+
+
+class Stepper:
+    """One method's model copy, AdamW and objective; `step()` is one full training update."""
+
+    def __init__(self, model: nn.Module, method: str, device: torch.device) -> None:
+        self.model = model.to(device).train()
+        self.adapter = EmbeddingAdapter(model, is_regression=False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
+        self.objective: Objective | None = None
+        if method != PEER:  # as worker/session.py builds it, head diagnostics included
+            self.objective = Objective(
+                method_config(method),
+                regression=False,
+                module=model,
+                planned_updates=PLANNED_UPDATES,
+                diagnostic_params=self.adapter.head_parameters(),
+            )
+
+    def loss(self, batch: Batch, labels: Tensor) -> Tensor:
+        forward: Callable[[Tensor], Tensor] = lambda emb: self.adapter.forward_from_embeddings(batch, emb)  # noqa: E731
+        if self.objective is not None:
+            fns = ModelFns(
+                embed=lambda: self.adapter.embed(batch), forward=forward, mask=batch["attention_mask"]
+            )
+            return self.objective(fns, labels)[0]
+        from smart_pytorch import SMARTLoss, kl_loss, sym_kl_loss  # the peer: its README's recipe
+
+        smart = SMARTLoss(eval_fn=forward, loss_fn=kl_loss, loss_last_fn=sym_kl_loss, num_steps=1,
+                          step_size=1e-3, noise_var=1e-5)  # fmt: skip
+        embed = self.adapter.embed(batch)
+        clean = forward(embed)
+        return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
+
+    def step(self, batch: Batch, labels: Tensor) -> None:
+        loss = self.loss(batch, labels)
+        if not bool(torch.isfinite(loss)):
+            raise FloatingPointError(f"non-finite loss {loss.item()}")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.objective is not None:
+            self.objective.after_update()
+
+
+def time_interleaved(
+    steppers: dict[str, Stepper], batch: Batch, labels: Tensor, rounds: int, device: torch.device
+) -> dict[str, float]:
+    """Median seconds per update for each stepper, measured round-robin after WARMUP_ROUNDS.
+
+    Each method keeps its own model copy, optimiser and objective (not a weight reset per round): the
+    methods then never see each other's updates or teacher state, and nothing is copied inside the loop.
+    """
+    names = list(steppers)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(WARMUP_ROUNDS + rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate: no method always runs right after another
+            _sync(device)
+            start = time.perf_counter()
+            steppers[name].step(batch, labels)
+            _sync(device)
+            if r >= WARMUP_ROUNDS:
+                times[name].append(time.perf_counter() - start)
+        label = "warm-up" if r < WARMUP_ROUNDS else "timed"
+        print(f"[step] round {r + 1}/{WARMUP_ROUNDS + rounds} ({label})", file=sys.stderr)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+# -- memory ------------------------------------------------------------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def memory_note(device: torch.device) -> str:
+    if device.type == "cuda":
+        return ("torch.cuda.max_memory_allocated() minus memory_allocated() at the baseline, in a child process "
+                "per method (peak stats reset at the baseline)")  # fmt: skip
+    return ("peak RSS growth, one child process per method: VmHWM (reset at the baseline via "
+            "/proc/self/clear_refs) minus VmRSS at the baseline")  # fmt: skip
+
+
+def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, device: torch.device) -> float:
+    """Peak MiB above the baseline over MEMORY_STEPS updates of `method` (run in a fresh process).
+
+    Baseline: after the model is loaded and moved and one no-grad warm-up forward has run; the stepper
+    (AdamW, objective: the Bregman teacher's weight copy) is built after it, so the teacher copy, gradients,
+    AdamW moments and every activation count. The model's own weights do not.
+    """
+    model, tokenizer = load_model(model_name)
+    batch, labels, _ = fixed_batch(tokenizer, batch_size, seq_len)
+    batch, labels = {k: v.to(device) for k, v in batch.items()}, labels.to(device)
+    model.to(device).train()
+    with torch.no_grad():
+        EmbeddingAdapter(model, is_regression=False).forward(batch)
+    _sync(device)
+    if device.type == "cuda":
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        base = _status_kb("VmRSS") * 1024
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (the peak RSS) to the current RSS
+    stepper = Stepper(model, method, device)
+    for _ in range(MEMORY_STEPS):
+        stepper.step(batch, labels)
+    _sync(device)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _status_kb("VmHWM") * 1024
+    return (peak - base) / 2**20
+
+
+def measure_memory(methods: list[str], args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+    """Peak MiB per method, each from its own `python -m bench.step --child METHOD ...` process.
+
+    Children run up to MEMORY_PARALLEL at a time: each measures only its own process, and most of a child's
+    wall time is the single-threaded import of torch and transformers.
+    """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [sys.executable, "-m", "bench.step", "--model", args.model, "--batch-size", str(args.batch_size),
+           "--seq-len", str(args.seq_len), "--device", device.type, "--threads", str(torch.get_num_threads())]  # fmt: skip
+    peaks: dict[str, float] = {}
+    for start in range(0, len(methods), MEMORY_PARALLEL):
+        group = methods[start : start + MEMORY_PARALLEL]
+        procs = {m: subprocess.Popen([*cmd, "--child", m], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True) for m in group}  # fmt: skip
+        for m, proc in procs.items():
+            out, err = proc.communicate(timeout=900)
+            if proc.returncode != 0:
+                raise RuntimeError(f"memory child for {m} failed ({proc.returncode}): {err[-2000:]}")
+            peaks[m] = float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
+            print(f"[memory] {m}: {peaks[m]:.1f} MiB", file=sys.stderr)
+    return peaks
+
+
+# -- the command -------------------------------------------------------------------------------------------
+
+
+def _device(requested: str) -> tuple[torch.device, str | None]:
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        return torch.device("cpu"), f"--device {requested} requested but no GPU is visible: ran on cpu"
+    return torch.device(requested), None
+
+
+def _targets(methods: dict[str, dict[str, float]], peer: dict[str, Any], padding: dict[str, Any]) -> dict:
+    def check(value: float | None, op: str, bound: float) -> dict[str, Any]:
+        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+        return {"value": value, "target": f"{op} {bound}", "met": met}
+
+    smart = methods.get("smart", {})
+    out = {
+        "smart_time_ratio": check(smart.get("time_ratio"), "<=", 3.0),
+        "smart_mem_ratio": check(smart.get("mem_ratio"), "<=", 2.0),
+        "smart_rs_only_vs_peer": check(peer.get("smart_pytorch", {}).get("smart_rs_only_vs_peer"), "<=", 1.0),
+    }
+    for task, res in padding.items():
+        out[f"padding_speedup_{task}"] = check(res.get("speedup"), ">=", 1.5)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark as one JSON-able dict (progress on stderr)."""
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHOD_PRESETS]
+    if unknown or "vanilla" not in methods:
+        raise ValueError(
+            f"methods must include vanilla and come from {', '.join(METHOD_PRESETS)}; got {unknown}"
+        )
+    if args.steps < 1 or args.batch_size < 1 or args.seq_len < 4:
+        raise ValueError("--steps and --batch-size must be >= 1, --seq-len >= 4")
+    device, note = _device(args.device)
+    load_start = os.getloadavg()[0]
+    model, tokenizer = load_model(args.model)
+    batch, labels, source = fixed_batch(tokenizer, args.batch_size, args.seq_len)
+    batch, labels = {k: v.to(device) for k, v in batch.items()}, labels.to(device)
+    try:
+        import smart_pytorch  # noqa: F401
+
+        peer_error = None
+    except ImportError as err:
+        peer_error = f"smart-pytorch not installed ({err}): pip install 'smartune[bench]'"
+    timed = methods + ([PEER] if peer_error is None else [])
+    steppers = {m: Stepper(copy.deepcopy(model), m, device) for m in timed}
+    step_s = time_interleaved(steppers, batch, labels, args.steps, device)
+    del steppers
+
+    peak = measure_memory(methods, args, device)
+    base_t, base_m = step_s["vanilla"], peak["vanilla"]
+    results = {
+        m: {
+            "step_s": step_s[m],
+            "peak_mb": peak[m],
+            "time_ratio": step_s[m] / base_t,
+            "mem_ratio": peak[m] / base_m,
+        }
+        for m in methods
+    }
+    peer: dict[str, Any] = {"smart_pytorch": {"skipped": peer_error}}
+    if peer_error is None:
+        entry: dict[str, Any] = {"step_s": step_s[PEER], "time_ratio": step_s[PEER] / base_t}
+        if "smart-rs-only" in step_s:
+            entry["smart_rs_only_vs_peer"] = step_s["smart-rs-only"] / step_s[PEER]
+        peer["smart_pytorch"] = entry
+
+    tasks = [t.strip() for t in (args.padding_tasks or "").split(",") if t.strip()]
+    padding = padding_benchmark(
+        tasks,
+        tokenizer,
+        lambda n: Stepper(load_model(args.model, n)[0], "vanilla", device).step,
+        device,
+        examples=int(getattr(args, "padding_examples", 256)),
+        batch_size=16,
+    )
+    n_params = sum(p.numel() for p in model.parameters())
+    setup = {
+        "model": args.model,
+        "params": n_params,
+        "param_mb": n_params * 4 / 2**20,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "device_note": note,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_1min": {"start": load_start, "end": os.getloadavg()[0]},  # >~0.5 = other work on the CPUs
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "batch_source": source,
+        "steps": args.steps,
+        "warmup_rounds": WARMUP_ROUNDS,
+        "timing": "median of `steps` interleaved rounds (round-robin, order rotated per round), after warm-up; "
+        "each method has its own model copy, AdamW and objective; peer timed in the same loop",
+        "step": "objective loss + isfinite check + backward + clip 1.0 + AdamW(lr 1e-5, wd 0) + zero_grad + "
+        "after_update; head grad-ratio diagnostics on, as in worker/session.py; no LR schedule",
+        "memory": memory_note(device),
+        "memory_steps": MEMORY_STEPS,
+        "padding": "vanilla updates, batch 16, first N train rows truncated at 128; same batches collated "
+        "dynamically vs to 128; interleaved; collate + copy + update timed",
+        "peer": "smart_pytorch.SMARTLoss(eval_fn=adapter.forward_from_embeddings, loss_fn=kl_loss, "
+        "loss_last_fn=sym_kl_loss, num_steps=1, step_size=1e-3, noise_var=1e-5), weight 1, + CE",
+    }
+    return {"methods": results, "peer": peer, "padding": padding, "setup": setup,
+            "targets": _targets(results, peer, padding)}  # fmt: skip
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = [f"{'method':<16} {'step_s':>8} {'x time':>7} {'peak_mb':>9} {'x mem':>6}"]
+    for m, r in result["methods"].items():
+        lines.append(
+            f"{m:<16} {r['step_s']:8.4f} {r['time_ratio']:7.2f} {r['peak_mb']:9.1f} {r['mem_ratio']:6.2f}"
+        )
+    lines.append(f"peer: {json.dumps(result['peer'])}")
+    lines += [f"padding {t}: {json.dumps(r)}" for t, r in result["padding"].items()]
+    lines += [f"target {k}: {v}" for k, v in result["targets"].items()]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `smartune bench step`: one JSON object (--json) or a table on stdout."""
+    result = run(args)
+    print(json.dumps(result, indent=2) if args.json else _table(result))
+    return 0
+
+
+def _child_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.step", description="memory child of bench step")
+    parser.add_argument("--child", required=True, help="method to measure")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--seq-len", type=int, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0)
+    a = parser.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    peak = child_memory(a.child, a.model, a.batch_size, a.seq_len, torch.device(a.device))
+    print(json.dumps({"method": a.child, "peak_mb": peak}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+"""`smartune`: the command line. Each subcommand imports its side (worker, service, bench) lazily."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from cli import bench_cmd, train_cmd
+
+Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
+_SUBCOMMANDS: tuple[Registrar, ...] = (train_cmd.register, bench_cmd.register)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="smartune", description="Robust fine-tuning (SMART) experiments: train, sweep, serve."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in _SUBCOMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
+        print(f"smartune {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Tests for bench.step / bench.padding: a quick end-to-end run of `smartune bench step` on the tiny model.
+
+Checks the JSON's shape, not speed: every ratio finite and positive, vanilla's ratios exactly 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from bench.padding import fixed_batch, glue_root, padding_benchmark
+from bench.step import main
+from worker.models import TINY_RANDOM_ALIAS, resolve_model
+
+
+def _args(**overrides: Any) -> argparse.Namespace:
+    base = {
+        "model": TINY_RANDOM_ALIAS,
+        "methods": "vanilla,smart",
+        "batch_size": 4,
+        "seq_len": 16,
+        "steps": 2,
+        "device": "cpu",
+        "padding_tasks": "rte",
+        "json": True,
+        "padding_examples": 32,  # not a CLI flag: a small subset keeps the test quick
+    }
+    return argparse.Namespace(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def result() -> dict[str, Any]:
+    """One quick run, shared by the shape tests (a module-scoped fixture cannot use capsys)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("TRANSFORMERS_OFFLINE", "1")
+    stdout = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout):
+            assert main(_args()) == 0
+    finally:
+        mp.undo()
+    return json.loads(stdout.getvalue())
+
+
+def _finite_positive(x: Any) -> bool:
+    return isinstance(x, float | int) and math.isfinite(x) and x > 0
+
+
+def test_json_shape(result: dict[str, Any]) -> None:
+    assert set(result) >= {"methods", "peer", "padding", "setup"}
+    assert set(result["methods"]) == {"vanilla", "smart"}
+    for entry in result["methods"].values():
+        assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio"}
+        assert all(_finite_positive(v) for v in entry.values()), entry
+    setup = result["setup"]
+    assert setup["batch_size"] == 4 and setup["seq_len"] == 16 and setup["steps"] == 2
+    assert setup["device"] == "cpu" and setup["torch"] == torch.__version__
+    assert "memory" in setup and "threads" in setup
+
+
+def test_vanilla_is_the_unit(result: dict[str, Any]) -> None:
+    assert result["methods"]["vanilla"]["time_ratio"] == 1.0
+    assert result["methods"]["vanilla"]["mem_ratio"] == 1.0
+
+
+def test_peer_is_timed(result: dict[str, Any]) -> None:
+    peer = result["peer"]["smart_pytorch"]
+    assert _finite_positive(peer["step_s"]) and _finite_positive(peer["time_ratio"])
+
+
+def test_padding_entry(result: dict[str, Any]) -> None:
+    rte = result["padding"]["rte"]
+    if glue_root() is None or not (Path(glue_root()) / "RTE" / "train.tsv").is_file():
+        assert "skipped" in rte
+        return
+    assert rte["examples"] == 32
+    for key in ("grouped_examples_per_s", "pad128_examples_per_s", "speedup"):
+        assert _finite_positive(rte[key]), rte
+
+
+def test_fixed_batch_has_exact_length() -> None:
+    _, tokenizer = resolve_model(
+        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.1, seed=0
+    )
+    batch, labels, source = fixed_batch(tokenizer, 3, 12)
+    assert batch["input_ids"].shape == (3, 12) == batch["attention_mask"].shape
+    assert labels.shape == (3,) and source
+
+
+def test_missing_data_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SMARTUNE_GLUE_DIR", str(tmp_path))
+
+    def no_step(_num_labels: int) -> Any:
+        raise AssertionError("no model is needed for a skipped task")
+
+    out = padding_benchmark(["rte", "stsb"], None, no_step, torch.device("cpu"))
+    assert "not found" in out["rte"]["skipped"]
+    assert out["stsb"]["skipped"]
+
+
+def test_unknown_method_is_rejected() -> None:
+    with pytest.raises(ValueError, match="methods"):
+        main(_args(methods="vanilla,nope"))
