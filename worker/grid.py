@@ -1,0 +1,96 @@
+"""Expand a job spec's grid into trial configurations, running equivalent cells once.
+
+A trial configuration is a dict TrainConfig.from_dict accepts. Equivalence (design §4): with λ_s = 0 the
+perturbation settings (ε, σ, η, T_x, projection, ...) change nothing; with μ = 0 the Bregman settings (β,
+S, the reference kind) change nothing; the adversarial baselines' settings matter only to FreeLB and PGD.
+Pure Python: no torch, no ray (the control plane counts cells with it at submission).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+from smart_core.config import METHOD_PRESETS, MethodConfig
+from worker.config import TrainConfig
+
+TRAIN_FIELDS = frozenset(f.name for f in fields(TrainConfig)) - {"method_overrides"}
+METHOD_FIELDS = frozenset(f.name for f in fields(MethodConfig)) - {"method"}
+SWEEPABLE = (TRAIN_FIELDS | METHOD_FIELDS) - {"data", "columns", "model", "device", "pad_to"}
+
+_PERTURBATION = (
+    "epsilon",
+    "sigma",
+    "eta",
+    "ascent_steps",
+    "projection",
+    "grad_norm",
+    "norm_p",
+    "renorm_stabilizer",
+)
+_BREGMAN = ("bregman", "inner_updates", "beta_early", "beta_late", "beta_switch")
+_ADVERSARIAL = ("adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm")
+
+
+def trial_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Split flat values (train and method fields) into a TrainConfig dict; the method preset pins its fields."""
+    unknown = sorted(set(values) - TRAIN_FIELDS - METHOD_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(unknown)}")
+    method = values.get("method", "smart")
+    if method not in METHOD_PRESETS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(sorted(METHOD_PRESETS))}")
+    pinned = set(METHOD_PRESETS[method]) - {"method"}  # e.g. vanilla pins lambda_s = mu = 0
+    overrides = {k: v for k, v in values.items() if k in METHOD_FIELDS and k not in pinned}
+    config = {k: v for k, v in values.items() if k in TRAIN_FIELDS}
+    config["method_overrides"] = dict(sorted(overrides.items()))
+    TrainConfig.from_dict(config)  # validates every value now, before any trial starts
+    return config
+
+
+def canonical_method(config: MethodConfig) -> dict[str, Any]:
+    """The method's settings with the ones that cannot affect training blanked out."""
+    out = config.to_dict()
+    if not config.uses_smoothness:
+        out.update(dict.fromkeys(_PERTURBATION), lambda_s=0.0)
+    if not config.uses_bregman:
+        out.update(dict.fromkeys(_BREGMAN), mu=0.0)
+    if config.method not in ("freelb", "pgd"):
+        out.update(dict.fromkeys(_ADVERSARIAL))
+    if config.method in ("smart", "r3f", "vanilla") and not (config.uses_smoothness or config.uses_bregman):
+        out["method"] = "vanilla"
+    return out
+
+
+def equivalence_key(config: Mapping[str, Any]) -> str:
+    """Two trial configs with the same key train identically."""
+    train = TrainConfig.from_dict(dict(config))
+    plain = {
+        k: v for k, v in train.to_dict().items() if k not in ("method", "method_overrides", "resolved_method")
+    }
+    return json.dumps(
+        {**plain, "method": canonical_method(train.method_config())}, sort_keys=True, default=str
+    )
+
+
+def expand_grid(
+    base: Mapping[str, Any], axes: Mapping[str, Iterable[Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """All combinations of the axes over `base`, deduplicated; returns (trial configs, cells before dedup)."""
+    names = list(axes)
+    trials: dict[str, dict[str, Any]] = {}
+    total = 0
+    for combo in itertools.product(*(list(axes[n]) for n in names)):
+        total += 1
+        config = trial_config({**base, **dict(zip(names, combo, strict=True))})
+        trials.setdefault(equivalence_key(config), config)
+    return list(trials.values()), total
+
+
+def cell_params(config: Mapping[str, Any], axes: Iterable[str]) -> dict[str, Any]:
+    """The swept values of a trial, without its seed: what identifies its cell in a summary."""
+    flat = {**config, **config.get("method_overrides", {})}
+    return {name: flat.get(name) for name in axes if name != "seed"}
