@@ -39,6 +39,7 @@ def loaded_after(statement: str) -> set[str]:
         ("import smart_core.config", set()),  # the method vocabulary needs no torch
         ("import worker", set()),  # worker/__init__ imports nothing
         ("import worker.tasks", set()),  # the task registry is data
+        ("import worker.spec", {"pydantic"}),  # the job contract: the service imports it, so no torch/ray
         ("import cli.main", set()),  # the CLI shell is thin: sides load per subcommand
         ("import worker.finetune", {"torch", "transformers", "worker"}),  # never service or cli
     ],

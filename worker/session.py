@@ -21,8 +21,9 @@ from smart_core import Objective
 from worker.adapter import EmbeddingAdapter
 from worker.batching import EncodedDataset, encode, length_grouped_batches, sequential_batches
 from worker.config import TrainConfig
-from worker.data import Example, glue_dir_from_env, load_examples, subsample, take_first
+from worker.data import Example, glue_dir_from_env, load_examples
 from worker.models import resolve_model
+from worker.sampling import subsample, take_first
 from worker.tasks import TaskSpec, get_task
 
 

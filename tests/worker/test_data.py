@@ -19,9 +19,8 @@ from worker.data import (
     load_glue_split,
     load_hub,
     load_table,
-    subsample,
-    take_first,
 )
+from worker.sampling import subsample, take_first
 from worker.tasks import get_task
 
 # Row counts from /work/shared/data/glue/README.md (= the published GLUE / HF `glue` split sizes).
