@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Until the REST service lands this trains SMART on a quick real example (RTE subset, MiniLM-L6).
+# The embedded deployment: SQLite + MLflow + Tune storage in ~/.smartune (SMARTUNE_DATA_DIR), a local Ray
+# head unless RAY_ADDRESS is set, the API on http://127.0.0.1:8000 (SMARTUNE_HOST / SMARTUNE_PORT).
 run: install
-	$(BIN)/smartune train --task rte --model minilm-l6 --method smart --epochs 2 \
-	  --max-train-samples 256 --max-eval-samples 128 --max-seq-length 128 --output out/quick-rte
+	$(BIN)/smartune serve
 
 lint: install
 	$(BIN)/ruff check .
@@ -42,6 +42,9 @@ bench: install
 	$(BIN)/smartune bench step --model minilm-l6 \
 	  --methods vanilla,smart,smart-renorm,smart-rs-only,smart-breg-only,r3f,freelb \
 	  --batch-size 16 --seq-len 64 --json | tee bench/results/step.json
+	$(BIN)/smartune bench api --json | tee bench/results/api.json
+	$(BIN)/smartune bench sweep --model minilm-l6 --task rte --trainings 8 --min-seconds 120 \
+	  | tee bench/results/orchestration.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out

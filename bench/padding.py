@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bench import sync
 from worker.batching import EncodedDataset, collate, encode, length_grouped_batches, padding_ratio
 from worker.data import load_examples
 from worker.tasks import get_task
@@ -98,11 +99,6 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed_update(
     step: StepFn,
     encoded: EncodedDataset,
@@ -112,12 +108,12 @@ def _timed_update(
     device: torch.device,
 ) -> float:
     """Seconds for collate + copy + one update, synchronised on CUDA."""
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     batch = _to(collate(encoded, indices, pad_id, pad_to=pad_to), device)
     labels = batch.pop("labels")
     step(batch, labels)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 

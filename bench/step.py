@@ -29,6 +29,7 @@ import torch.nn.functional as F
 import transformers
 from torch import Tensor, nn
 
+from bench import check_targets, spread, sync
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from smart_core import METHOD_PRESETS, ModelFns, Objective, method_config
 from worker.adapter import EmbeddingAdapter
@@ -40,11 +41,16 @@ MEMORY_STEPS = 3  # updates a memory child runs after its baseline (the first al
 MEMORY_PARALLEL = 2  # memory children at a time
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+METHODOLOGY = {
+    "timing": "median of `steps` interleaved rounds (round-robin, order rotated each round) after warm-up "
+    "rounds; each method has its own model copy, AdamW and objective; the peer runs in the same loop",
+    "step": "objective loss + isfinite check + backward + clip 1.0 + AdamW(lr 1e-5, wd 0) + zero_grad + "
+    "after_update, model in train mode; head grad-ratio diagnostics on as in worker/session.py; no LR schedule",
+    "padding": "vanilla updates, batch 16, first N train rows truncated at 128; the same batches collated "
+    "dynamically vs padded to 128, interleaved; collate + copy + update timed",
+    "peer": "smart_pytorch.SMARTLoss(eval_fn=adapter.forward_from_embeddings, loss_fn=kl_loss, "
+    "loss_last_fn=sym_kl_loss, num_steps=1, step_size=1e-3, noise_var=1e-5) on adapter.embed, weight 1, + CE",
+}
 
 
 def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
@@ -99,8 +105,8 @@ class Stepper:
 
 def time_interleaved(
     steppers: dict[str, Stepper], batch: Batch, labels: Tensor, rounds: int, device: torch.device
-) -> dict[str, float]:
-    """Median seconds per update for each stepper, measured round-robin after WARMUP_ROUNDS.
+) -> dict[str, list[float]]:
+    """Seconds per update of each stepper in each timed round, measured round-robin after WARMUP_ROUNDS.
 
     Each method keeps its own model copy, optimiser and objective (not a weight reset per round): the
     methods then never see each other's updates or teacher state, and nothing is copied inside the loop.
@@ -110,15 +116,15 @@ def time_interleaved(
     for r in range(WARMUP_ROUNDS + rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:  # rotate: no method always runs right after another
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             steppers[name].step(batch, labels)
-            _sync(device)
+            sync(device)
             if r >= WARMUP_ROUNDS:
                 times[name].append(time.perf_counter() - start)
         label = "warm-up" if r < WARMUP_ROUNDS else "timed"
         print(f"[step] round {r + 1}/{WARMUP_ROUNDS + rounds} ({label})", file=sys.stderr)
-    return {n: statistics.median(v) for n, v in times.items()}
+    return times
 
 
 # -- memory ------------------------------------------------------------------------------------------------
@@ -153,7 +159,7 @@ def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, de
     model.to(device).train()
     with torch.no_grad():
         EmbeddingAdapter(model, is_regression=False).forward(batch)
-    _sync(device)
+    sync(device)
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -164,7 +170,7 @@ def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, de
     stepper = Stepper(model, method, device)
     for _ in range(MEMORY_STEPS):
         stepper.step(batch, labels)
-    _sync(device)
+    sync(device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _status_kb("VmHWM") * 1024
     return (peak - base) / 2**20
 
@@ -204,22 +210,6 @@ def _device(requested: str) -> tuple[torch.device, str | None]:
     return torch.device(requested), None
 
 
-def _targets(methods: dict[str, dict[str, float]], peer: dict[str, Any], padding: dict[str, Any]) -> dict:
-    def check(value: float | None, op: str, bound: float) -> dict[str, Any]:
-        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
-        return {"value": value, "target": f"{op} {bound}", "met": met}
-
-    smart = methods.get("smart", {})
-    out = {
-        "smart_time_ratio": check(smart.get("time_ratio"), "<=", 3.0),
-        "smart_mem_ratio": check(smart.get("mem_ratio"), "<=", 2.0),
-        "smart_rs_only_vs_peer": check(peer.get("smart_pytorch", {}).get("smart_rs_only_vs_peer"), "<=", 1.0),
-    }
-    for task, res in padding.items():
-        out[f"padding_speedup_{task}"] = check(res.get("speedup"), ">=", 1.5)
-    return out
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark as one JSON-able dict (progress on stderr)."""
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -243,27 +233,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         peer_error = f"smart-pytorch not installed ({err}): pip install 'smartune[bench]'"
     timed = methods + ([PEER] if peer_error is None else [])
     steppers = {m: Stepper(copy.deepcopy(model), m, device) for m in timed}
-    step_s = time_interleaved(steppers, batch, labels, args.steps, device)
+    times = time_interleaved(steppers, batch, labels, args.steps, device)
     del steppers
-
+    step_s = {m: statistics.median(v) for m, v in times.items()}
     peak = measure_memory(methods, args, device)
-    base_t, base_m = step_s["vanilla"], peak["vanilla"]
     results = {
-        m: {
-            "step_s": step_s[m],
-            "peak_mb": peak[m],
-            "time_ratio": step_s[m] / base_t,
-            "mem_ratio": peak[m] / base_m,
-        }
+        m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
+            "mem_ratio": peak[m] / peak["vanilla"]}
         for m in methods
-    }
+    }  # fmt: skip
     peer: dict[str, Any] = {"smart_pytorch": {"skipped": peer_error}}
     if peer_error is None:
-        entry: dict[str, Any] = {"step_s": step_s[PEER], "time_ratio": step_s[PEER] / base_t}
+        entry: dict[str, Any] = {"step_s": step_s[PEER], "time_ratio": step_s[PEER] / step_s["vanilla"]}
         if "smart-rs-only" in step_s:
             entry["smart_rs_only_vs_peer"] = step_s["smart-rs-only"] / step_s[PEER]
+            entry["paired_ratio_quartiles"] = spread(times, unit=PEER)["smart-rs-only"]
         peer["smart_pytorch"] = entry
-
     tasks = [t.strip() for t in (args.padding_tasks or "").split(",") if t.strip()]
     padding = padding_benchmark(
         tasks,
@@ -274,51 +259,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=16,
     )
     n_params = sum(p.numel() for p in model.parameters())
+    cpu = platform.processor() or platform.machine()
     setup = {
-        "model": args.model,
-        "params": n_params,
-        "param_mb": n_params * 4 / 2**20,
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or platform.machine(),
-        "device_note": note,
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_1min": {"start": load_start, "end": os.getloadavg()[0]},  # >~0.5 = other work on the CPUs
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "batch_size": args.batch_size,
-        "seq_len": args.seq_len,
-        "batch_source": source,
-        "steps": args.steps,
-        "warmup_rounds": WARMUP_ROUNDS,
-        "timing": "median of `steps` interleaved rounds (round-robin, order rotated per round), after warm-up; "
-        "each method has its own model copy, AdamW and objective; peer timed in the same loop",
-        "step": "objective loss + isfinite check + backward + clip 1.0 + AdamW(lr 1e-5, wd 0) + zero_grad + "
-        "after_update; head grad-ratio diagnostics on, as in worker/session.py; no LR schedule",
-        "memory": memory_note(device),
-        "memory_steps": MEMORY_STEPS,
-        "padding": "vanilla updates, batch 16, first N train rows truncated at 128; same batches collated "
-        "dynamically vs to 128; interleaved; collate + copy + update timed",
-        "peer": "smart_pytorch.SMARTLoss(eval_fn=adapter.forward_from_embeddings, loss_fn=kl_loss, "
-        "loss_last_fn=sym_kl_loss, num_steps=1, step_size=1e-3, noise_var=1e-5), weight 1, + CE",
-    }
+        "model": args.model, "params": n_params, "param_mb": n_params * 4 / 2**20,
+        "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
+        "device_note": note, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "loadavg_1min": {"start": load_start, "end": os.getloadavg()[0]},  # well above `threads`: shared CPUs
+        "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+        "batch_size": args.batch_size, "seq_len": args.seq_len, "batch_source": source,
+        "steps": args.steps, "warmup_rounds": WARMUP_ROUNDS, **METHODOLOGY,
+        "memory": memory_note(device), "memory_steps": MEMORY_STEPS,
+    }  # fmt: skip
     return {"methods": results, "peer": peer, "padding": padding, "setup": setup,
-            "targets": _targets(results, peer, padding)}  # fmt: skip
+            "spread": spread(times), "targets": check_targets(results, peer, padding)}  # fmt: skip
 
 
 def _table(result: dict[str, Any]) -> str:
-    lines = [f"{'method':<16} {'step_s':>8} {'x time':>7} {'peak_mb':>9} {'x mem':>6}"]
-    for m, r in result["methods"].items():
-        lines.append(
-            f"{m:<16} {r['step_s']:8.4f} {r['time_ratio']:7.2f} {r['peak_mb']:9.1f} {r['mem_ratio']:6.2f}"
-        )
-    lines.append(f"peer: {json.dumps(result['peer'])}")
-    lines += [f"padding {t}: {json.dumps(r)}" for t, r in result["padding"].items()]
-    lines += [f"target {k}: {v}" for k, v in result["targets"].items()]
-    return "\n".join(lines)
+    rows = [f"{m:<16} {r['step_s']:8.4f}s x{r['time_ratio']:.2f} {r['peak_mb']:8.1f} MiB x{r['mem_ratio']:.2f}"
+            for m, r in result["methods"].items()]  # fmt: skip
+    rows += [f"{k}: {json.dumps(v)}" for k in ("peer", "padding", "targets") for v in [result[k]]]
+    return "\n".join(rows)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,4 +1,6 @@
-"""`smartune bench ...`: benchmarks (not tests). `bench step` times one training step per method."""
+"""`smartune bench ...`: benchmarks (not tests). `bench step` times one training step per method; `bench api`
+the control plane's latency under load and its scheduler; `bench sweep` the sweep's orchestration overhead
+and what ASHA saves."""
 
 from __future__ import annotations
 
@@ -26,9 +28,63 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     step.add_argument("--json", action="store_true", help="print one JSON object")
     step.set_defaults(handler=run_step)
+    _register_sweep(kinds)
+
+
+def _register_sweep(kinds: argparse._SubParsersAction) -> None:
+    sweep = kinds.add_parser(
+        "sweep", help="orchestration overhead (sweep vs in-process trainings) and ASHA vs the full grid"
+    )
+    sweep.add_argument("--model", default="minilm-l6")
+    sweep.add_argument("--task", default="rte")
+    sweep.add_argument("--data", default=None, help="default: $SMARTUNE_GLUE_DIR or ../shared/data/glue")
+    sweep.add_argument("--method", default="smart")
+    sweep.add_argument("--epochs", type=int, default=2)
+    sweep.add_argument("--batch-size", type=int, default=16)
+    sweep.add_argument("--seq-len", type=int, default=128)
+    sweep.add_argument("--eval-samples", type=int, default=128, help="dev examples evaluated per epoch")
+    sweep.add_argument("--trainings", type=int, default=8, help="trainings of the overhead comparison")
+    sweep.add_argument("--min-seconds", type=float, default=120.0, help="least duration of one training")
+    sweep.add_argument("--probe-samples", type=int, default=64, help="examples timed to size the trainings")
+    sweep.add_argument("--asha-lrs", default="1e-5,2e-5,3e-5,5e-5", help="learning rates of the ASHA grid")
+    sweep.add_argument("--asha-seeds", type=int, default=2, help="seeds per learning rate")
+    sweep.add_argument("--asha-samples", type=int, default=512, help="training examples of the ASHA grid")
+    sweep.add_argument("--asha-reduction", type=float, default=2.0, help="ASHA reduction factor")
+    sweep.add_argument("--asha-cpus", type=float, default=1.0, help="CPUs per ASHA-grid trial")
+    sweep.add_argument("--asha-concurrency", type=int, default=2, help="concurrent trials of the ASHA grid")
+    sweep.add_argument("--skip-overhead", action="store_true")
+    sweep.add_argument("--skip-asha", action="store_true")
+    sweep.add_argument(
+        "--data-dir", default=None, help="storage + MLflow of the bench runs (default: a temp dir)"
+    )
+    sweep.set_defaults(handler=run_sweep)
+
+    api = kinds.add_parser(
+        "api", help="REST latency under concurrent clients (SQLite) and the scheduler's decision time"
+    )
+    api.add_argument("--clients", type=int, default=32, help="concurrent clients")
+    api.add_argument("--submits", type=int, default=20, help="POST /api/v1/jobs per client")
+    api.add_argument("--reads", type=int, default=100, help="GET /api/v1/jobs/{id} per client")
+    api.add_argument("--queued", type=int, default=10_000, help="queued jobs of the scheduler benchmark")
+    api.add_argument("--teams", type=int, default=50, help="teams those jobs belong to")
+    api.add_argument("--rounds", type=int, default=20, help="scheduling rounds timed")
+    api.add_argument("--json", action="store_true", help="print one JSON object")
+    api.set_defaults(handler=run_api)
 
 
 def run_step(args: argparse.Namespace) -> int:
     from bench.step import main
+
+    return main(args)
+
+
+def run_api(args: argparse.Namespace) -> int:
+    from bench.api_load import main
+
+    return main(args)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from bench.orchestration import main
 
     return main(args)

@@ -6,10 +6,17 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import bench_cmd, train_cmd
+from cli import admin_cmd, bench_cmd, client_cmd, serve_cmd, sweep_cmd, train_cmd
 
 Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
-_SUBCOMMANDS: tuple[Registrar, ...] = (train_cmd.register, bench_cmd.register)
+_SUBCOMMANDS: tuple[Registrar, ...] = (
+    train_cmd.register,
+    sweep_cmd.register,
+    bench_cmd.register,
+    serve_cmd.register,
+    client_cmd.register,
+    admin_cmd.register,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

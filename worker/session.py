@@ -43,9 +43,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def load_split_examples(config: TrainConfig, task: TaskSpec, split: str) -> list[Example]:
-    source = config.data if config.data is not None else glue_dir_from_env()
-    if source is None:
-        raise ValueError("no data source: pass data (a folder, a file or a hub id) or set SMARTUNE_GLUE_DIR")
+    """One split from `config.data`; unset, the local GLUE folder ($SMARTUNE_GLUE_DIR), else the hub."""
+    source = config.data or glue_dir_from_env() or "hub"
     return load_examples(task, source, split, config.columns)
 
 

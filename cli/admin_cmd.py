@@ -1,0 +1,124 @@
+"""`smartune admin ...`: bootstrap teams and keys directly on the job store (no server needed).
+
+`create-team NAME` and `create-key TEAM` print the new key alone on stdout (pipe it where it goes). The
+store is `DATABASE_URL` when set, else the SQLite file in `--data-dir` ($SMARTUNE_DATA_DIR, ~/.smartune).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("admin", help="bootstrap teams and API keys on the job store directly")
+    p.add_argument(
+        "--data-dir", default=None, help="the service's data directory (unless DATABASE_URL is set)"
+    )
+    cmds = p.add_subparsers(dest="admin", required=True, metavar="ACTION")
+
+    team = cmds.add_parser("create-team", help="create a team and print its first API key")
+    team.add_argument("name")
+    team.add_argument("--gpus", type=float, default=None, help="GPU quota (default: no limit)")
+    team.add_argument("--max-jobs", type=int, default=None, help="concurrent jobs (default: the service's)")
+    team.add_argument("--weight", type=float, default=1.0, help="fair-share weight")
+    team.add_argument("--priority", type=int, default=0, help="default priority of its jobs")
+    team.add_argument("--no-key", action="store_true", help="create no key")
+    team.set_defaults(handler=create_team)
+
+    key = cmds.add_parser(
+        "create-key", help="create an API key for TEAM (or a team-less admin key) and print it"
+    )
+    key.add_argument("team", nargs="?", help="the team (omit with --admin for a team-less admin key)")
+    key.add_argument("--admin", action="store_true", help="an admin key")
+    key.add_argument("--name", default=None, help="what the key is for")
+    key.set_defaults(handler=create_key)
+
+    revoke = cmds.add_parser("revoke-key", help="revoke a key by its public id")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(handler=revoke_key)
+
+    teams = cmds.add_parser("list-teams", help="list the teams and their quotas")
+    teams.set_defaults(handler=list_teams)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from service.config import Settings
+    from service.db import connect, migrate
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    db = connect(settings.sqlalchemy_url)
+    migrate(db)
+    return db
+
+
+def create_team(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from service import crud
+    from service.schemas import TeamCreate
+
+    try:
+        team_in = TeamCreate(
+            name=args.name,
+            gpu_quota=args.gpus,
+            max_concurrent_jobs=args.max_jobs,
+            weight=args.weight,
+            default_priority=args.priority,
+        )
+    except ValidationError as err:
+        raise ValueError(f"invalid team: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
+    db = _store(args)
+    with db.write_sessions() as session:
+        if crud.get_team(session=session, name=args.name) is not None:
+            raise ValueError(f"team {args.name!r} exists already")
+        team = crud.create_team(session=session, team_in=team_in)
+        key = None if args.no_key else crud.create_api_key(session=session, team=team, name="first key")[1]
+        session.commit()
+    if key:
+        print(key)
+    print(f"created team {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def create_key(args: argparse.Namespace) -> int:
+    from service import crud
+
+    if args.team is None and not args.admin:
+        raise ValueError("name a TEAM, or pass --admin for a team-less admin key")
+    db = _store(args)
+    with db.write_sessions() as session:
+        team = crud.get_team(session=session, name=args.team) if args.team else None
+        if args.team and team is None:
+            raise ValueError(f"no team {args.team!r}")
+        _row, key = crud.create_api_key(session=session, team=team, is_admin=args.admin, name=args.name)
+        session.commit()
+    print(key)
+    return 0
+
+
+def revoke_key(args: argparse.Namespace) -> int:
+    from service import crud
+
+    db = _store(args)
+    with db.write_sessions() as session:
+        row = crud.get_api_key(session=session, key_id=args.key_id)
+        if row is None:
+            raise ValueError(f"no key {args.key_id!r}")
+        crud.revoke_api_key(session=session, key=row)
+        session.commit()
+    print(f"revoked {args.key_id}", file=sys.stderr)
+    return 0
+
+
+def list_teams(args: argparse.Namespace) -> int:
+    from service import crud
+
+    db = _store(args)
+    with db.sessions() as session:
+        for t in crud.list_teams(session=session):
+            gpus = "-" if t.gpu_quota is None else f"{t.gpu_quota:g}"
+            jobs = "-" if t.max_concurrent_jobs is None else str(t.max_concurrent_jobs)
+            print(f"{t.name}\tgpus={gpus}\tjobs={jobs}\tweight={t.weight:g}\tpriority={t.default_priority}")
+    return 0

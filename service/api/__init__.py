@@ -1,0 +1,1 @@
+"""The HTTP layer: dependencies, the versioned router, one route module per resource."""

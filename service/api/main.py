@@ -1,0 +1,13 @@
+"""The versioned API router: one router per resource, mounted under `/api/v1`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.routes import jobs, keys, pool, teams
+
+api_router = APIRouter()
+api_router.include_router(jobs.router)
+api_router.include_router(pool.router)
+api_router.include_router(teams.router)
+api_router.include_router(keys.router)

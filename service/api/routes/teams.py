@@ -1,0 +1,92 @@
+"""Teams (admin only): create, list, read, and set quota, weight and default priority; issue keys."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy.exc import IntegrityError
+
+from service import crud
+from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, WriteSessionDep
+from service.api.views import key_public
+from service.errors import ApiError, not_found
+from service.models import Team
+from service.schemas import (
+    ApiKeyCreate,
+    ApiKeyCreated,
+    ApiKeysPublic,
+    ErrorBody,
+    TeamCreate,
+    TeamPublic,
+    TeamsPublic,
+    TeamUpdate,
+)
+
+router = APIRouter(prefix="/teams", tags=["teams"])
+_ADMIN = {403: {"model": ErrorBody, "description": "not an admin key"}}
+
+
+def _team(session: SessionDep, name: str) -> Team:
+    team = crud.get_team(session=session, name=name)
+    if team is None:
+        raise not_found("team", name)
+    return team
+
+
+@router.post("", status_code=201, response_model=TeamPublic, responses={**_ADMIN, 409: {"model": ErrorBody}})
+def create_team(team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey) -> Team:
+    """Create a team with its quota (GPUs, concurrent jobs), fair-share weight and default priority."""
+    try:
+        team = crud.create_team(session=session, team_in=team_in)
+        session.commit()
+    except IntegrityError as err:
+        raise ApiError(409, f"team {team_in.name!r} exists already", field="name") from err
+    return team
+
+
+@router.get("", response_model=TeamsPublic, responses=_ADMIN)
+def read_teams(session: SessionDep, _admin: AdminKey) -> TeamsPublic:
+    """List the teams."""
+    teams = crud.list_teams(session=session)
+    return TeamsPublic(data=[TeamPublic.model_validate(t) for t in teams], count=len(teams))
+
+
+@router.get("/{name}", response_model=TeamPublic, responses=_ADMIN)
+def read_team(name: str, session: SessionDep, _admin: AdminKey) -> Team:
+    """Read a team."""
+    return _team(session, name)
+
+
+@router.patch("/{name}", response_model=TeamPublic, responses=_ADMIN)
+def update_team(
+    name: str,
+    team_in: TeamUpdate,
+    session: WriteSessionDep,
+    _admin: AdminKey,
+    cache: KeyCacheDep,
+    engine: EngineDep,
+) -> Team:
+    """Change a team's quota, weight or default priority (takes effect at the next scheduler round)."""
+    team = crud.update_team(session=session, team=_team(session, name), team_in=team_in)
+    session.commit()
+    cache.clear()
+    engine.wake()
+    return team
+
+
+@router.post("/{name}/keys", status_code=201, response_model=ApiKeyCreated, responses=_ADMIN)
+def create_team_key(
+    name: str, key_in: ApiKeyCreate, session: WriteSessionDep, _admin: AdminKey
+) -> ApiKeyCreated:
+    """Issue an API key for the team; the key is in this answer only (only its digest is stored)."""
+    row, key = crud.create_api_key(
+        session=session, team=_team(session, name), is_admin=key_in.is_admin, name=key_in.name
+    )
+    session.commit()
+    return ApiKeyCreated(**key_public(row).model_dump(), key=key)
+
+
+@router.get("/{name}/keys", response_model=ApiKeysPublic, responses=_ADMIN)
+def read_team_keys(name: str, session: SessionDep, _admin: AdminKey) -> ApiKeysPublic:
+    """List a team's keys (ids and dates; never the keys)."""
+    keys = crud.list_api_keys(session=session, team=_team(session, name))
+    return ApiKeysPublic(data=[key_public(k) for k in keys], count=len(keys))

@@ -1,0 +1,94 @@
+"""Rows to API models: the public view of a job (with its MLflow links), a job's detail, a key."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from sqlalchemy.orm import Session
+
+from service import crud
+from service.config import Settings
+from service.models import ApiKey, Job
+from service.schemas import (
+    ApiKeyPublic,
+    AttemptPublic,
+    JobDetail,
+    JobPublic,
+    Progress,
+    TransitionPublic,
+    TrialPublic,
+)
+from service.tracking import run_url
+
+LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
+
+
+def _ui(settings: Settings) -> str | None:
+    """Where the MLflow UI of the tracking store is: configured, the tracking server itself, or for a local
+    store the address `mlflow ui --backend-store-uri <store>` serves on by default."""
+    uri = settings.tracking_uri
+    if settings.mlflow_ui_url:
+        return settings.mlflow_ui_url
+    if uri.startswith(("http://", "https://")):
+        return uri
+    return LOCAL_MLFLOW_UI if uri.startswith(("sqlite:", "file:", "/")) else None
+
+
+def job_public(job: Job, settings: Settings) -> JobPublic:
+    return JobPublic(
+        id=job.id,
+        name=job.name,
+        team=job.team.name,
+        state=job.state,
+        priority=job.priority,
+        spec_hash=job.spec_hash,
+        n_trials=job.n_trials,
+        cpus_per_trial=job.cpus_per_trial,
+        gpus_per_trial=job.gpus_per_trial,
+        attempt=job.attempt,
+        submission_id=job.submission_id,
+        wait_reason=job.wait_reason,
+        message=job.message,
+        best_value=job.best_value,
+        mlflow_experiment_id=job.mlflow_experiment_id,
+        mlflow_parent_run_id=job.mlflow_parent_run_id,
+        mlflow_url=run_url(_ui(settings), job.mlflow_experiment_id, job.mlflow_parent_run_id),
+        created_at=job.created_at,
+        queued_at=job.queued_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        updated_at=job.updated_at,
+    )
+
+
+def job_detail(session: Session, job: Job, settings: Settings) -> JobDetail:
+    trials = crud.job_trials(session=session, job_id=job.id)
+    ui = _ui(settings)
+    trial_views = [
+        TrialPublic.model_validate(t).model_copy(
+            update={"mlflow_url": run_url(ui, job.mlflow_experiment_id, t.mlflow_run_id)}
+        )
+        for t in trials
+    ]
+    return JobDetail(
+        **job_public(job, settings).model_dump(),
+        spec=json.loads(job.spec_json),
+        progress=Progress(total=job.n_trials, by_state=dict(Counter(t.state for t in trials))),
+        trials=trial_views,
+        attempts=[AttemptPublic.model_validate(a) for a in crud.job_attempts(session=session, job_id=job.id)],
+        transitions=[
+            TransitionPublic.model_validate(t) for t in crud.job_transitions(session=session, job_id=job.id)
+        ],
+    )
+
+
+def key_public(key: ApiKey) -> ApiKeyPublic:
+    return ApiKeyPublic(
+        key_id=key.key_id,
+        team=key.team.name if key.team else None,
+        is_admin=key.is_admin,
+        name=key.name,
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )

@@ -1,0 +1,139 @@
+"""Dispatch: run the scheduler on the job store and hand admitted jobs to Ray as a new attempt.
+
+The attempt is recorded (SUBMITTING) in the job store before Ray is called; its submission id is
+`<job id>-a<n>`, so re-submitting after a crash or a lost reply can only ever reach Ray once (Ray refuses
+a known id). The Ray job runs the sweep driver with the spec inline, as the sweep contract says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+
+from sqlalchemy import bindparam, update
+from sqlalchemy.orm import Session
+
+from service import crud, pool
+from service.config import Settings
+from service.db import Database, utcnow
+from service.models import Attempt, AttemptState, Job, JobState, submission_id
+from service.ray_jobs import RayJobError, RayJobExists, RayJobs, RayUnavailable
+from service.scheduler import Plan, Resources
+
+logger = logging.getLogger(__name__)
+
+PASSED_THROUGH = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
+
+
+def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The entrypoint, environment and metadata of one attempt (the sweep driver's contract)."""
+    python = settings.entrypoint_python or "python"
+    entrypoint = f"{shlex.quote(python)} -m {settings.sweep_module} --job-id {job.id} --attempt {number}"
+    env = {
+        "SMARTUNE_JOB_SPEC": job.spec_json,
+        "SMARTUNE_STORAGE_PATH": settings.tune_storage,
+        "MLFLOW_TRACKING_URI": settings.tracking_uri,
+        "SMARTUNE_MLFLOW_EXPERIMENT": settings.mlflow_experiment,
+        "SMARTUNE_DATA_DIR": str(settings.data_dir),
+    }
+    if settings.glue_dir is not None:
+        env["SMARTUNE_GLUE_DIR"] = str(settings.glue_dir)
+    env |= {name: value for name in PASSED_THROUGH if (value := os.environ.get(name)) is not None}
+    metadata = {
+        "smartune.job_id": job.id,
+        "smartune.attempt": str(number),
+        "smartune.team": job.team.name,
+        "smartune.spec_hash": job.spec_hash,
+    }
+    return entrypoint, env, metadata
+
+
+class Dispatcher:
+    def __init__(self, *, db: Database, ray: RayJobs, settings: Settings) -> None:
+        self.db, self.ray, self.settings = db, ray, settings
+
+    def schedule(self, capacity: Resources | None) -> Plan:
+        """One scheduling round: dispatch the admitted jobs, record every other job's wait reason."""
+        with self.db.sessions() as session:
+            state = pool.load(session, default_max_jobs=self.settings.default_max_concurrent_jobs)
+        decided = pool.plan_round(state, capacity)
+        for job_id in decided.admitted:
+            self.dispatch(job_id, decided.reasons[job_id])
+        admitted = set(decided.admitted)
+        changed = [
+            {"jid": job_id, "reason": reason[:300]}
+            for job_id, reason in decided.reasons.items()
+            if job_id not in admitted and state.wait_reasons.get(job_id) != reason
+        ]
+        if changed:
+            query = (
+                update(Job)
+                .where(Job.id == bindparam("jid"), Job.state == JobState.QUEUED)
+                .values(wait_reason=bindparam("reason"))
+            )
+            with self.db.write_sessions() as session, session.begin():
+                session.connection().execute(query, changed)
+        return decided
+
+    def dispatch(self, job_id: str, reason: str) -> None:
+        number = 0
+
+        def change(session: Session, job: Job) -> None:
+            nonlocal number
+            job.attempt = number = job.attempt + 1
+            session.add(Attempt(job_id=job.id, number=number, submission_id=submission_id(job.id, number)))
+            job.wait_reason = None
+            crud.set_state(session=session, job=job, state=JobState.DISPATCHED, reason=reason)
+
+        if crud.update_job_if(
+            sessions=self.db.write_sessions,
+            job_id=job_id,
+            check=lambda j: j.state == JobState.QUEUED,
+            change=change,
+        ):
+            self.submit(job_id, number)
+
+    def submit(self, job_id: str, number: int) -> None:
+        """Hand attempt `number` to Ray (again, if it was recorded but never accepted)."""
+        with self.db.sessions() as session:
+            job = crud.get_job(session=session, job_id=job_id, team_id=None)
+            if job is None or job.state != JobState.DISPATCHED or job.attempt != number:
+                return  # cancelled meanwhile
+            entrypoint, env, metadata = submission(job, number, self.settings)
+        this_attempt = lambda j: j.attempt == number  # noqa: E731
+        try:
+            self.ray.submit(
+                submission_id=submission_id(job_id, number),
+                entrypoint=entrypoint,
+                env_vars=env,
+                metadata=metadata,
+            )
+        except RayJobExists:
+            pass  # accepted before (a lost reply, or a restart): it runs once
+        except RayUnavailable as err:  # stays SUBMITTING: the watcher submits it (same id) once Ray answers
+            logger.warning("dispatch of %s-a%d postponed: %s", job_id, number, err)
+            return
+        except RayJobError as err:
+            error = str(err)
+            refused = lambda s, j: self._refused(s, j, error)  # noqa: E731
+            crud.update_job_if(
+                sessions=self.db.write_sessions, job_id=job_id, check=this_attempt, change=refused
+            )
+            return
+        crud.update_job_if(
+            sessions=self.db.write_sessions, job_id=job_id, check=this_attempt, change=mark_submitted
+        )
+
+    @staticmethod
+    def _refused(session: Session, job: Job, error: str) -> None:
+        attempt = crud.current_attempt(session=session, job=job)
+        attempt.state, attempt.message, attempt.ended_at = AttemptState.FAILED, error, utcnow()
+        job.message = f"Ray refused the job: {error}"
+        crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
+
+
+def mark_submitted(session: Session, job: Job) -> None:
+    attempt = crud.current_attempt(session=session, job=job)
+    if attempt.state == AttemptState.SUBMITTING:
+        attempt.state, attempt.submitted_at = AttemptState.SUBMITTED, utcnow()

@@ -1,0 +1,87 @@
+"""Job operations behind the routes that need more than one crud call: submit (idempotent) and cancel.
+
+Submission validates against the deployment (service.validation), honours `Idempotency-Key` (the same key
+returns the original job; the same key with a different spec is a 409) and queues the job. Cancelling a
+dispatched job stops its Ray job at once; the engine then ends its MLflow runs as KILLED.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service import crud, validation
+from service.config import Settings
+from service.errors import ApiError
+from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
+from service.ray_jobs import RayJobs, RayUnavailable
+from worker.spec import JobSpec
+
+logger = logging.getLogger(__name__)
+
+
+def _replay(job: Job, spec_hash: str) -> Job:
+    if job.spec_hash != spec_hash:
+        raise ApiError(
+            409,
+            f"Idempotency-Key was used for job {job.id} with a different spec",
+            field="header.idempotency-key",
+        )
+    return job
+
+
+def submit_job(
+    *, session: Session, settings: Settings, team: Team, spec: JobSpec, idempotency_key: str | None
+) -> tuple[Job, bool]:
+    """Queue `spec` for `team`; return the job and whether it is an earlier submission replayed."""
+    spec_hash = spec.spec_hash()
+    if idempotency_key is not None:
+        earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
+        if earlier is not None:
+            return _replay(earlier, spec_hash), True
+    n_trials = validation.check_spec(spec, settings=settings, team=team)
+    waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
+    if waiting >= settings.max_queued_jobs_per_team:
+        raise ApiError(
+            429, f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}"
+        )
+    try:
+        job = crud.create_job(
+            session=session, team=team, spec=spec, n_trials=n_trials, idempotency_key=idempotency_key
+        )
+        session.commit()
+    except IntegrityError:  # a concurrent request with the same key won the race
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
+        if earlier is None:
+            raise
+        return _replay(earlier, spec_hash), True
+    return job, False
+
+
+def cancel_job(*, session: Session, job: Job, by: str) -> tuple[Job, str | None]:
+    """Cancel a queued or active job (idempotent for a cancelled one; 409 for other finished ones).
+
+    Returns the job and, when it was dispatched, the Ray submission to stop (`stop_ray_job`, after the
+    commit: the engine stops it anyway, and ends its MLflow runs, if Ray cannot be reached now).
+    """
+    if job.state in FINAL_STATES:
+        if job.state == JobState.CANCELLED:
+            return job, None
+        raise ApiError(409, f"job {job.id} has already finished ({job.state})", field=None)
+    was_active = job.state in ACTIVE_STATES
+    crud.set_state(session=session, job=job, state=JobState.CANCELLED, reason=f"cancelled by key {by}")
+    job.cleanup_pending = was_active
+    session.commit()
+    return job, job.submission_id if was_active else None
+
+
+def stop_ray_job(ray: RayJobs, submission_id: str) -> None:
+    try:
+        ray.stop(submission_id)
+    except RayUnavailable as err:  # the engine stops it once Ray answers again
+        logger.warning("cancel %s: %s", submission_id, err)

@@ -1,0 +1,168 @@
+"""The job store's tables (SQLAlchemy 2 typed models): teams, API keys, jobs, attempts, trials, transitions.
+
+The database is the source of truth; Ray only executes. A job moves QUEUED -> DISPATCHED -> RUNNING ->
+SUCCEEDED | FAILED | CANCELLED; a job whose Ray job vanished becomes LOST and is QUEUED again as its next
+attempt. Every change of state is a `Transition` row with its reason. Schema changes go through Alembic
+(`service/alembic/versions`), never `create_all`.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, UTCDateTime, utcnow
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "QUEUED"
+    DISPATCHED = "DISPATCHED"  # handed to Ray, not yet running
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    LOST = "LOST"  # its Ray job vanished (head restart); passes straight back to QUEUED
+
+
+ACTIVE_STATES = (JobState.DISPATCHED, JobState.RUNNING)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class AttemptState(enum.StrEnum):
+    SUBMITTING = "SUBMITTING"  # recorded before the Ray call: a restart re-submits the same id
+    SUBMITTED = "SUBMITTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    LOST = "LOST"
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    gpu_quota: Mapped[float | None] = mapped_column(Float)  # None: no GPU limit
+    max_concurrent_jobs: Mapped[int | None] = mapped_column(Integer)  # None: the configured default
+    weight: Mapped[float] = mapped_column(Float, default=1.0)  # fair-share weight
+    default_priority: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), unique=True)  # the public prefix of the key
+    digest: Mapped[str] = mapped_column(String(64))  # SHA-256 of the whole key, hex
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    team: Mapped[Team | None] = relationship(lazy="joined")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("team_id", "idempotency_key", name="uq_jobs_team_idempotency_key"),
+        Index("ix_jobs_state_queued_at", "state", "queued_at"),
+        Index("ix_jobs_team_created", "team_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    name: Mapped[str | None] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    spec_json: Mapped[str] = mapped_column(Text)  # the canonical JSON the driver receives
+    spec_hash: Mapped[str] = mapped_column(String(64), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    n_trials: Mapped[int] = mapped_column(Integer)
+    cpus_per_trial: Mapped[float] = mapped_column(Float)
+    gpus_per_trial: Mapped[float] = mapped_column(Float)
+    max_concurrent_trials: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt; 0 = none yet
+    wait_reason: Mapped[str | None] = mapped_column(String(300))
+    message: Mapped[str | None] = mapped_column(Text)
+    cleanup_pending: Mapped[bool] = mapped_column(Boolean, default=False)  # cancelled: Ray/MLflow to end
+    mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64))
+    mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
+    summary: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    best_value: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)  # FIFO key; kept on requeue
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    team: Mapped[Team] = relationship(lazy="joined")
+
+    @property
+    def footprint_gpus(self) -> float:
+        """GPUs the job holds at its peak: concurrent trials times GPUs per trial."""
+        return self.gpus_per_trial * min(self.max_concurrent_trials, self.n_trials)
+
+    @property
+    def footprint_cpus(self) -> float:
+        return self.cpus_per_trial * min(self.max_concurrent_trials, self.n_trials)
+
+    @property
+    def submission_id(self) -> str | None:
+        return submission_id(self.id, self.attempt) if self.attempt else None
+
+
+def submission_id(job_id: str, attempt: int) -> str:
+    """The Ray submission id of one attempt: a requeued job never collides with its earlier attempt."""
+    return f"{job_id}-a{attempt}"
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    submission_id: Mapped[str] = mapped_column(String(64), unique=True)  # never dispatched twice
+    state: Mapped[str] = mapped_column(String(16), default=AttemptState.SUBMITTING)
+    ray_status: Mapped[str | None] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("job_id", "trial_id", name="uq_trials_job_trial"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    trial_id: Mapped[str] = mapped_column(String(128))
+    attempt: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # PENDING / RUNNING / TERMINATED / ERROR / STOPPED
+    error_class: Mapped[str | None] = mapped_column(String(16))
+    params: Mapped[dict[str, object]] = mapped_column(JSON, default=dict)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    best_score: Mapped[float | None] = mapped_column(Float)
+    last_epoch: Mapped[int | None] = mapped_column(Integer)
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)  # latest value of each metric
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Transition(Base):
+    __tablename__ = "job_transitions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,100 @@
+"""The pool as the scheduler sees it, read from the job store in a few column queries.
+
+`load` gathers the queued jobs, every team's quota and current holdings, and what dispatched and running
+jobs reserve; `plan_round` runs the scheduler on it. The engine acts on the plan; the pool routes show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service import scheduler
+from service.models import ACTIVE_STATES, Job, JobState, Team
+from service.scheduler import Plan, QueuedJob, Resources, TeamState
+
+
+@dataclass
+class PoolState:
+    queued: list[QueuedJob]
+    teams: dict[int, TeamState]
+    reserved: Resources
+    jobs_queued: dict[int, int]
+    wait_reasons: dict[str, str | None]
+    queued_at: dict[str, datetime]
+
+
+def _peak(per_trial: float, max_concurrent: int, n_trials: int) -> float:
+    return per_trial * min(max_concurrent, n_trials)
+
+
+def load(session: Session, *, default_max_jobs: int) -> PoolState:
+    teams = {
+        t.id: TeamState(
+            id=t.id,
+            name=t.name,
+            weight=t.weight,
+            gpu_quota=t.gpu_quota,
+            max_jobs=t.max_concurrent_jobs if t.max_concurrent_jobs is not None else default_max_jobs,
+        )
+        for t in session.scalars(select(Team))
+    }
+    cpus = gpus = 0.0
+    active = select(
+        Job.team_id, Job.cpus_per_trial, Job.gpus_per_trial, Job.max_concurrent_trials, Job.n_trials
+    ).where(Job.state.in_(ACTIVE_STATES))
+    for team_id, cpt, gpt, conc, n in session.execute(active):
+        team = teams[team_id]
+        team.gpus_in_use += _peak(gpt, conc, n)
+        team.jobs_running += 1
+        cpus += _peak(cpt, conc, n)
+        gpus += _peak(gpt, conc, n)
+    queued: list[QueuedJob] = []
+    reasons: dict[str, str | None] = {}
+    queued_at: dict[str, datetime] = {}
+    rows = select(
+        Job.id,
+        Job.team_id,
+        Job.priority,
+        Job.queued_at,
+        Job.cpus_per_trial,
+        Job.gpus_per_trial,
+        Job.max_concurrent_trials,
+        Job.n_trials,
+        Job.wait_reason,
+    ).where(Job.state == JobState.QUEUED)
+    for job_id, team_id, prio, at, cpt, gpt, conc, n, reason in session.execute(rows):
+        queued.append(
+            QueuedJob(
+                id=job_id,
+                team_id=team_id,
+                priority=prio,
+                queued_at=at.timestamp(),
+                cpus=cpt,
+                gpus=gpt,
+                footprint_cpus=_peak(cpt, conc, n),
+                footprint_gpus=_peak(gpt, conc, n),
+            )
+        )
+        reasons[job_id] = reason
+        queued_at[job_id] = at
+    counts = select(Job.team_id, func.count()).where(Job.state == JobState.QUEUED).group_by(Job.team_id)
+    jobs_queued = {team_id: int(n) for team_id, n in session.execute(counts)}
+    return PoolState(queued, teams, Resources(cpus, gpus), jobs_queued, reasons, queued_at)
+
+
+def free(capacity: Resources, reserved: Resources) -> Resources:
+    return Resources(max(capacity.cpus - reserved.cpus, 0.0), max(capacity.gpus - reserved.gpus, 0.0))
+
+
+def plan_round(state: PoolState, capacity: Resources | None) -> Plan:
+    """The scheduler's decision on `state`; with the capacity unknown, nothing is admitted."""
+    if capacity is None:
+        order = sorted(state.queued, key=lambda j: (-j.priority, j.queued_at, j.id))
+        reason = "pool unknown: the Ray cluster has not answered yet"
+        return Plan(order=[j.id for j in order], reasons=dict.fromkeys((j.id for j in order), reason))
+    teams = {k: replace(v) for k, v in state.teams.items()}  # the plan updates its copy
+    return scheduler.plan(state.queued, teams, free(capacity, state.reserved), capacity)

@@ -1,0 +1,267 @@
+"""The API's pydantic models, by family: `XCreate` / `XUpdate` in, `XPublic` / `XsPublic(data, count)` out.
+
+The job spec itself is `worker.spec.JobSpec` (the contract shared with the sweep driver), not redefined here;
+`JobSubmission` only makes sure every way a spec can be wrong answers 422.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
+
+from worker.spec import JobSpec
+
+
+class Message(BaseModel):
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer: what is wrong and, when one field is to blame, its dotted path."""
+
+    detail: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+class _ORM(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+# --- teams and keys ----------------------------------------------------------------------------------
+
+
+class TeamUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_quota: float | None = Field(None, ge=0, description="GPUs the team may hold; null = no limit")
+    max_concurrent_jobs: int | None = Field(None, ge=1, description="null = the service default")
+    weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight")
+    default_priority: int = Field(0, ge=-100, le=100)
+
+
+class TeamCreate(TeamUpdate):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$", examples=["nlp"])
+
+
+class TeamPublic(_ORM):
+    id: int
+    name: str
+    gpu_quota: float | None
+    max_concurrent_jobs: int | None
+    weight: float
+    default_priority: int
+    created_at: datetime
+
+
+class TeamsPublic(BaseModel):
+    data: list[TeamPublic]
+    count: int
+
+
+class ApiKeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, max_length=200, examples=["ci pipeline"])
+    is_admin: bool = False
+
+
+class ApiKeyPublic(_ORM):
+    key_id: str = Field(description="the public prefix of the key")
+    team: str | None
+    is_admin: bool
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyPublic):
+    key: str = Field(description="the key itself: shown this once, only its digest is stored")
+
+
+class ApiKeysPublic(BaseModel):
+    data: list[ApiKeyPublic]
+    count: int
+
+
+class WhoAmI(BaseModel):
+    key_id: str
+    team: str | None
+    is_admin: bool
+
+
+# --- jobs ----------------------------------------------------------------------------------------------
+
+
+class JobSubmission(JobSpec):
+    """The submitted spec: `JobSpec`, with any failure of its checks reported as a 422, never a 500, and its
+    grid expanded and its canonical JSON written once (validation expands it; the trial count reuses it)."""
+
+    model_config = ConfigDict(title="JobSpec")
+    _trials: list[dict[str, Any]] | None = PrivateAttr(None)
+
+    _canonical: str | None = PrivateAttr(None)
+
+    def trials(self) -> list[dict[str, Any]]:
+        if self._trials is None:
+            self._trials = super().trials()
+        return self._trials
+
+    def canonical_json(self) -> str:
+        if self._canonical is None:
+            self._canonical = super().canonical_json()
+        return self._canonical
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _client_errors(cls, data: Any, handler: ModelWrapValidatorHandler[JobSubmission]) -> JobSubmission:
+        try:
+            return handler(data)
+        except (
+            TypeError,
+            ArithmeticError,
+            LookupError,
+            AttributeError,
+        ) as err:  # e.g. a str where a number goes
+            raise ValueError(f"invalid spec: {err}") from err
+
+
+class TrialPublic(_ORM):
+    trial_id: str
+    attempt: int
+    state: str
+    error_class: str | None
+    params: dict[str, Any]
+    best_score: float | None
+    last_epoch: int | None
+    metrics: dict[str, float]
+    mlflow_run_id: str | None
+    mlflow_url: str | None = None
+
+
+class AttemptPublic(_ORM):
+    number: int
+    submission_id: str = Field(description="the Ray submission id: <job id>-a<attempt>")
+    state: str
+    ray_status: str | None
+    message: str | None
+    created_at: datetime
+    submitted_at: datetime | None
+    ended_at: datetime | None
+
+
+class TransitionPublic(_ORM):
+    from_state: str | None
+    to_state: str
+    attempt: int
+    reason: str
+    at: datetime
+
+
+class Progress(BaseModel):
+    total: int = Field(description="trials the grid expands to (deduplicated cells x seeds x samples)")
+    by_state: dict[str, int] = Field(description="synced trials per state")
+
+
+class JobPublic(BaseModel):
+    id: str
+    name: str | None
+    team: str
+    state: str
+    priority: int
+    spec_hash: str
+    n_trials: int
+    cpus_per_trial: float
+    gpus_per_trial: float
+    attempt: int
+    submission_id: str | None = Field(description="the latest attempt's Ray submission id")
+    wait_reason: str | None
+    message: str | None
+    best_value: float | None
+    mlflow_experiment_id: str | None
+    mlflow_parent_run_id: str | None
+    mlflow_url: str | None
+    created_at: datetime
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+class JobSubmitted(JobPublic):
+    replayed: bool = Field(False, description="true when the Idempotency-Key matched an earlier submission")
+    identical_jobs: list[str] = Field(description="the team's other jobs with the same spec hash")
+
+
+class JobDetail(JobPublic):
+    spec: dict[str, Any]
+    progress: Progress
+    trials: list[TrialPublic]
+    attempts: list[AttemptPublic]
+    transitions: list[TransitionPublic]
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="jobs matching the filter, all pages together")
+
+
+# --- pool ----------------------------------------------------------------------------------------------
+
+
+class ResourcesPublic(BaseModel):
+    cpus: float
+    gpus: float
+
+
+class TeamUsage(BaseModel):
+    team: str
+    gpus_in_use: float
+    gpu_quota: float | None
+    jobs_running: int
+    max_concurrent_jobs: int
+    jobs_queued: int
+    weight: float
+    share: float = Field(description="GPUs in use / weight: lower goes first")
+
+
+class PoolPublic(BaseModel):
+    capacity: ResourcesPublic | None = Field(description="the Ray cluster's resources; null if unreachable")
+    reserved: ResourcesPublic = Field(description="held by dispatched and running jobs")
+    free: ResourcesPublic | None
+    teams: list[TeamUsage]
+
+
+class QueueEntry(BaseModel):
+    position: int
+    job_id: str | None = Field(description="null for other teams' jobs")
+    team: str
+    priority: int
+    cpus: float
+    gpus: float
+    queued_at: datetime
+    reason: str
+
+
+class QueuePublic(BaseModel):
+    data: list[QueueEntry]
+    count: int
+
+
+# --- health --------------------------------------------------------------------------------------------
+
+
+class HealthPublic(BaseModel):
+    status: str
+
+
+class ReadyPublic(BaseModel):
+    status: str
+    database: str
+    ray: str

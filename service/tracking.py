@@ -1,0 +1,180 @@
+"""Reading a job's sweep back from MLflow: trial rows, the summary, and ending runs (design §2).
+
+The sweep driver writes one parent run per job (`smartune.kind=sweep`) and one child run per trial, all
+tagged `smartune.job_id`; the control plane only reads them, except that cancelling a job ends its open
+runs as KILLED (and a failed job's as FAILED, so no run stays RUNNING forever). `Tracker` is the protocol
+the engine uses; `MlflowTracker` implements it with `MlflowClient`, imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+OPEN_RUN_STATUSES = ("RUNNING", "SCHEDULED")
+
+
+@dataclass
+class TrialRun:
+    trial_id: str
+    run_id: str
+    attempt: int
+    state: str
+    error_class: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    best_score: float | None = None
+    last_epoch: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class JobRuns:
+    experiment_id: str | None
+    parent_run_id: str | None
+    trials: list[TrialRun]
+
+
+class Tracker(Protocol):
+    def ensure_experiment(self) -> str | None: ...
+
+    def job_runs(self, job_id: str) -> JobRuns: ...
+
+    def summary(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def end_runs(self, job_id: str, status: str) -> int:
+        """End the job's open runs with `status` (KILLED / FAILED); return how many."""
+        ...
+
+
+def run_url(ui_url: str | None, experiment_id: str | None, run_id: str | None) -> str | None:
+    if not (ui_url and experiment_id and run_id):
+        return None
+    return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+class MlflowTracker:
+    """`Tracker` over an MLflow tracking store (the embedded SQLite one, or a server)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, artifact_root: str | None = None) -> None:
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        self.tracking_uri, self.experiment, self.artifact_root = tracking_uri, experiment, artifact_root
+        self._client: Any = None
+        self._experiment_id: str | None = None
+        self._best: dict[str, tuple[int | None, float | None]] = {}  # run id -> (epoch seen, best score)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(self.tracking_uri)
+        return self._client
+
+    def ensure_experiment(self) -> str | None:
+        """The experiment's id, created (with the configured artifact folder) when it is missing."""
+        if self._experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is not None:
+                self._experiment_id = str(found.experiment_id)
+            else:
+                location = Path(self.artifact_root).as_uri() if self.artifact_root else None
+                self._experiment_id = str(self.client.create_experiment(self.experiment, location))
+        return self._experiment_id
+
+    def _runs(self, job_id: str) -> list[Any]:
+        experiment_id = self.ensure_experiment()
+        safe = job_id.replace("'", "")
+        return list(
+            self.client.search_runs(
+                [experiment_id], filter_string=f"tags.`smartune.job_id` = '{safe}'", max_results=5000
+            )
+        )
+
+    def _parent(self, runs: list[Any]) -> Any | None:
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        return max(
+            parents,
+            key=lambda r: (_int(r.data.tags.get("smartune.attempt")), r.info.start_time or 0),
+            default=None,
+        )
+
+    def job_runs(self, job_id: str) -> JobRuns:
+        runs = self._runs(job_id)
+        parent = self._parent(runs)
+        latest: dict[str, Any] = {}
+        for run in runs:
+            tags = run.data.tags
+            if "mlflow.parentRunId" not in tags or "smartune.trial_id" not in tags:
+                continue
+            key = (_int(tags.get("smartune.attempt")), run.info.start_time or 0)
+            trial_id = tags["smartune.trial_id"]
+            current = latest.get(trial_id)
+            if current is None or key > (
+                _int(current.data.tags.get("smartune.attempt")),
+                current.info.start_time or 0,
+            ):
+                latest[trial_id] = run
+        trials = [self._trial(run) for run in latest.values()]
+        return JobRuns(
+            experiment_id=self._experiment_id,
+            parent_run_id=parent.info.run_id if parent is not None else None,
+            trials=sorted(trials, key=lambda t: t.trial_id),
+        )
+
+    def _trial(self, run: Any) -> TrialRun:
+        tags, metrics = run.data.tags, dict(run.data.metrics)
+        epoch = int(metrics["epoch"]) if "epoch" in metrics else None
+        seen_epoch, best = self._best.get(run.info.run_id, (None, None))
+        if "score" in metrics and (best is None or epoch != seen_epoch):
+            history = self.client.get_metric_history(run.info.run_id, "score")
+            best = max((m.value for m in history), default=None)
+            self._best[run.info.run_id] = (epoch, best)
+        try:
+            params = json.loads(tags.get("smartune.cell", "{}"))
+        except json.JSONDecodeError:
+            params = {}
+        return TrialRun(
+            trial_id=tags["smartune.trial_id"],
+            run_id=run.info.run_id,
+            attempt=_int(tags.get("smartune.attempt")),
+            state=tags.get("smartune.state", "PENDING"),
+            error_class=tags.get("smartune.error_class"),
+            params=params if isinstance(params, dict) else {"cell": params},
+            best_score=best,
+            last_epoch=epoch,
+            metrics=metrics,
+        )
+
+    def summary(self, job_id: str) -> dict[str, Any] | None:
+        parent = self._parent(self._runs(job_id))
+        if parent is None:
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self.client.download_artifacts(parent.info.run_id, "summary.json", tmp)
+            except Exception:  # no such artifact (yet)
+                return None
+            loaded = json.loads(Path(path).read_text())
+        return loaded if isinstance(loaded, dict) else None
+
+    def end_runs(self, job_id: str, status: str) -> int:
+        ended = 0
+        for run in self._runs(job_id):
+            if run.info.status in OPEN_RUN_STATUSES:
+                self.client.set_terminated(run.info.run_id, status=status)
+                ended += 1
+        return ended

@@ -1,0 +1,266 @@
+"""Throwaway infrastructure for the integration tests: a local Ray head with logical GPUs, a PostgreSQL
+server, and `smartune serve` processes. Every process is started in its own session and stopped by its
+own process group, never by name (other Ray clusters on the machine are left alone)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.ray_jobs import auth_headers
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessDied(RuntimeError):
+    """A process we wait for exited instead of becoming ready."""
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except ProcessDied:
+            raise
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def stop_group(
+    process: subprocess.Popen[Any],
+    sig: int = signal.SIGTERM,
+    timeout: float = 60,
+    *,
+    leader_only: bool = False,
+) -> None:
+    """Signal a process we started (or its whole group), wait, then SIGKILL what is left of the group."""
+    if process.poll() is None:
+        try:
+            if leader_only:
+                process.send_signal(sig)
+            else:
+                os.killpg(process.pid, sig)
+            process.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # stragglers of our own group only
+    except ProcessLookupError:
+        pass
+    if process.poll() is None:
+        process.wait(10)
+
+
+def base_env() -> dict[str, str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    for name in ("RAY_ADDRESS", "DATABASE_URL", "MLFLOW_TRACKING_URI"):
+        env.pop(name, None)
+    return env
+
+
+RAY_PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--runtime-env-agent-port",
+)
+
+
+@dataclass
+class RayHead:
+    address: str
+    process: subprocess.Popen[Any]
+    log: Path
+    ports: dict[str, int]
+
+    def stop(self) -> None:
+        stop_group(self.process, leader_only=True)  # `ray start --block` shuts its node down on SIGTERM
+        shutil.rmtree(self.log.parent, ignore_errors=True)
+
+
+def start_ray_head(*, num_cpus: int = 4, num_gpus: int = 2, ports: dict[str, int] | None = None) -> RayHead:
+    """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with
+    token auth and logical GPUs. Its temp folder is short: Ray's AF_UNIX sockets live there, and pytest's
+    temp paths exceed the 107-byte limit."""
+    tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
+    env = base_env()
+    subprocess.run(
+        [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
+    )
+    ports = dict(ports) if ports else {flag: free_port() for flag in RAY_PORT_FLAGS}
+    cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats"]
+    cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=true"]
+    cmd += ["--dashboard-host=127.0.0.1", f"--temp-dir={tmp / 'ray'}"]
+    cmd += [f"{flag}={port}" for flag, port in ports.items()]
+    log = tmp / "ray-head.log"
+    process = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise ProcessDied(f"ray start exited:\n{log.read_text()[-3000:]}")
+        return httpx.get(f"{address}/api/version", headers=auth_headers(), timeout=2).status_code == 200
+
+    wait_for(up, 120, "Ray head")
+    return RayHead(address, process, log, ports)
+
+
+@dataclass
+class Postgres:
+    url: str  # of the `postgres` database; tests create their own
+    process: subprocess.Popen[Any]
+    data: Path
+    user: str | None
+
+    def create_database(self, name: str) -> str:
+        import psycopg2
+
+        connection = psycopg2.connect(self.url)
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        connection.close()
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def stop(self) -> None:
+        stop_group(self.process, signal.SIGINT)  # fast shutdown
+        shutil.rmtree(self.data.parent, ignore_errors=True)
+
+
+def start_postgres() -> Postgres:
+    """A throwaway PostgreSQL 15 cluster on a free port, in its own temp folder (owned by `postgres` when
+    running as root: the server refuses to run as root, and pytest's temp folders are root-only)."""
+    if not (PG_BIN / "initdb").is_file():
+        raise FileNotFoundError(f"PostgreSQL binaries not found in {PG_BIN}")
+    home = Path(tempfile.mkdtemp(prefix="smartune-pg-"))
+    data = home / "pgdata"
+    user = "postgres" if os.geteuid() == 0 else None
+    run_as = ["runuser", "-u", user, "--"] if user else []
+    if user:
+        shutil.chown(home, user)
+    subprocess.run(
+        [*run_as, str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    cmd = [*run_as, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(data)]
+    cmd += ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"]
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def up() -> bool:
+        import psycopg2
+
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"postgres exited: {process.stderr.read().decode()[-2000:] if process.stderr else ''}"
+            )
+        psycopg2.connect(url).close()
+        return True
+
+    wait_for(up, 60, "PostgreSQL", interval=0.2)
+    return Postgres(url, process, data, user)
+
+
+@dataclass
+class Server:
+    """One `smartune serve` process."""
+
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+    port: int
+    process: subprocess.Popen[Any] | None = None
+    logs: list[Path] = field(default_factory=list)
+
+    def start(self) -> Server:
+        log = self.data_dir.parent / f"server-{len(self.logs)}.log"
+        self.logs.append(log)
+        cmd = [
+            str(VENV_BIN / "smartune"),
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=self.env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def up() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise ProcessDied(f"smartune serve exited:\n{log.read_text()[-3000:]}")
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+
+        wait_for(up, 90, "smartune serve", interval=0.3)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None:
+            stop_group(self.process, sig)
+
+    def output(self) -> str:
+        return "".join(p.read_text() for p in self.logs if p.exists())
+
+    def admin_key(self) -> str:
+        for line in self.output().splitlines():
+            if "bootstrap admin key" in line:
+                return line.rsplit(" ", 1)[-1]
+        raise LookupError("no bootstrap admin key printed")
+
+
+def make_server(tmp: Path, *, ray_address: str, database_url: str | None = None, **env: str) -> Server:
+    port = free_port()
+    data_dir = tmp / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server_env = base_env() | {
+        "RAY_ADDRESS": ray_address,
+        "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",
+        "SMARTUNE_CAPACITY_TTL_S": "1",
+        "SMARTUNE_ENTRYPOINT_PYTHON": sys.executable,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        **env,
+    }
+    if database_url:
+        server_env["DATABASE_URL"] = database_url
+    return Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=server_env, port=port)

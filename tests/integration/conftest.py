@@ -1,0 +1,28 @@
+"""Integration fixtures, shared per test session: one PostgreSQL server and one Ray head (4 CPUs, 2 logical
+GPUs, token auth). The service-test fixtures are imported too, so API tests can rerun on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.cluster import Postgres, RayHead, start_postgres, start_ray_head
+from tests.service.fixtures import *  # noqa: F403
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    try:
+        server = start_postgres()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[RayHead]:
+    head = start_ray_head()
+    yield head
+    head.stop()

@@ -1,0 +1,20 @@
+"""The API, engine and admin tests of tests/service, rerun on a real PostgreSQL server (one fresh database
+per test on the session's server)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.integration.cluster import Postgres
+from tests.service.test_admin_api import *  # noqa: F403
+from tests.service.test_auth import *  # noqa: F403
+from tests.service.test_engine import *  # noqa: F403
+from tests.service.test_jobs_api import *  # noqa: F403
+from tests.service.test_store import test_concurrent_writers_queue_instead_of_failing  # noqa: F401
+
+
+@pytest.fixture
+def db_url(postgres: Postgres) -> str:
+    return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")

@@ -1,0 +1,256 @@
+"""`smartune serve` for real: uvicorn, the shared local Ray head (2 logical GPUs), the sweep driver, the
+MLflow store in the data directory. Tiny sweeps (tiny-random BERT, 32 RTE examples) keep it short."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.cluster import Postgres, RayHead, Server, make_server
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def tiny_spec(**changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "integration",
+        "task": "rte",
+        "model": "tiny-random",
+        "method": "smart",
+        "training": {
+            "epochs": 1,
+            "batch_size": 8,
+            "max_seq_length": 32,
+            "max_train_samples": 32,
+            "max_eval_samples": 16,
+        },
+        "search_space": {"axes": {"learning_rate": {"type": "grid", "values": [1e-4, 5e-4]}}},
+        "seeds": [1],
+        "resources": {"cpus": 1, "gpus": 0},
+        "limits": {"max_concurrent_trials": 2},
+    }
+    return spec | changes
+
+
+class Api:
+    def __init__(self, server: Server, key: str) -> None:
+        self.http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+    def __call__(self, method: str, path: str, expect: int | None = 200, **kw: Any) -> Any:
+        response = self.http.request(method, path, **kw)
+        if expect is not None:
+            assert response.status_code == expect, f"{method} {path}: {response.status_code} {response.text}"
+        return response
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(self("GET", f"/api/v1/jobs/{job_id}").json())
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        return str(self("POST", "/api/v1/jobs", expect=201, json=spec).json()["id"])
+
+    def wait(
+        self, job_id: str, until: Any, timeout: float = 240, *, past_the_end: bool = False
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if until(job):
+                return job
+            assert past_the_end or job["state"] not in FINAL, (
+                f"{job_id} ended {job['state']}: {job['message']}"
+            )
+            assert time.monotonic() < deadline, f"{job_id} still {job['state']} after {timeout}s"
+            time.sleep(1)
+
+    def team_key(self, name: str, **quota: Any) -> str:
+        self("POST", "/api/v1/teams", expect=201, json={"name": name, **quota})
+        return str(self("POST", f"/api/v1/teams/{name}/keys", expect=201, json={}).json()["key"])
+
+
+@pytest.fixture
+def server(tmp_path: Path, ray_head: RayHead, glue_dir: Path) -> Iterator[Server]:
+    server = make_server(tmp_path, ray_address=ray_head.address).start()
+    yield server
+    server.stop()
+
+
+def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server) -> None:
+    admin = Api(server, server.admin_key())
+    api = Api(server, admin.team_key("nlp"))
+    assert api("GET", "/readyz").json() == {"status": "ok", "database": "ok", "ray": "ok"}
+    deadline = time.monotonic() + 60
+    while not (capacity := api("GET", "/api/v1/pool").json()["capacity"]) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the engine's first round has not read the cluster yet
+    while capacity["cpus"] == 0 and time.monotonic() < deadline:  # a fresh head lists its node a moment late
+        time.sleep(0.5)
+        capacity = api("GET", "/api/v1/pool").json()["capacity"]
+    assert capacity == {"cpus": 4.0, "gpus": 2.0}
+    job_id = api.submit(tiny_spec())
+    job = api.wait(job_id, lambda j: j["state"] in FINAL)
+    assert job["state"] == "SUCCEEDED", job["message"]
+    assert job["submission_id"] == f"{job_id}-a1" and job["attempt"] == 1
+    assert len(job["trials"]) == 2 and {t["state"] for t in job["trials"]} == {"TERMINATED"}
+    assert all(t["best_score"] is not None and t["mlflow_run_id"] for t in job["trials"])
+    assert job["mlflow_parent_run_id"] and job["mlflow_url"].endswith(f"/runs/{job['mlflow_parent_run_id']}")
+    assert all(t["mlflow_url"].endswith(t["mlflow_run_id"]) for t in job["trials"])
+    assert [t["to_state"] for t in job["transitions"]] == ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+    results = api("GET", f"/api/v1/jobs/{job_id}/results").json()
+    assert results["job_id"] == job_id and len(results["cells"]) == 2
+    assert results["best"]["value"] == job["best_value"]
+    assert results["parent_run_id"] == job["mlflow_parent_run_id"]
+    logs = api("GET", f"/api/v1/jobs/{job_id}/logs").text
+    assert f'"job_id": "{job_id}"' in logs.strip().splitlines()[-1]
+
+
+def test_auth_negatives_over_http(server: Server) -> None:
+    admin = Api(server, server.admin_key())
+    mine, theirs = Api(server, admin.team_key("alpha")), Api(server, admin.team_key("beta"))
+    job_id = mine.submit(
+        tiny_spec(name="never runs", resources={"cpus": 64, "gpus": 0})
+    )  # waits: pool too small
+    assert httpx.get(f"{server.url}/api/v1/jobs").status_code == 401
+    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert theirs("GET", f"/api/v1/jobs/{job_id}", expect=404).json()["field"] is None
+    assert theirs("POST", f"/api/v1/jobs/{job_id}/cancel", expect=404)
+    assert mine("GET", "/api/v1/teams", expect=403)
+    key_id = mine("GET", "/api/v1/keys/me").json()["key_id"]
+    admin("DELETE", f"/api/v1/keys/{key_id}")
+    assert mine("GET", f"/api/v1/jobs/{job_id}", expect=401)
+    waiting = admin.wait(job_id, lambda j: j["wait_reason"] is not None, timeout=60)
+    assert waiting["state"] == "QUEUED" and waiting["wait_reason"].startswith("pool too small")
+    admin("POST", f"/api/v1/jobs/{job_id}/cancel")
+
+
+@pytest.mark.slow
+def test_a_restart_mid_job_finishes_and_records_it_once(server: Server) -> None:
+    admin = Api(server, server.admin_key())
+    key = admin.team_key("nlp")
+    api = Api(server, key)
+    spec = tiny_spec(training={**tiny_spec()["training"], "epochs": 3}, limits={"max_concurrent_trials": 1})
+    job_id = api.submit(spec)
+    api.wait(job_id, lambda j: j["state"] == "RUNNING" and j["trials"])
+    server.stop(signal.SIGKILL)  # a crash, mid-sweep: the Ray job keeps running
+    time.sleep(3)
+    server.start()
+    api = Api(server, key)
+    job = api.wait(job_id, lambda j: j["state"] in FINAL)
+    assert job["state"] == "SUCCEEDED", job["message"]
+    assert [a["submission_id"] for a in job["attempts"]] == [f"{job_id}-a1"]  # dispatched once
+    assert [t["to_state"] for t in job["transitions"]].count("SUCCEEDED") == 1
+    assert len(job["trials"]) == 2 and {t["state"] for t in job["trials"]} == {"TERMINATED"}
+
+
+@pytest.mark.slow
+def test_two_teams_share_a_two_gpu_pool_and_a_third_job_waits(server: Server) -> None:
+    admin = Api(server, server.admin_key())
+    alpha = Api(server, admin.team_key("alpha", gpu_quota=1))
+    beta = Api(server, admin.team_key("beta", gpu_quota=1))
+    gpu_spec = tiny_spec(
+        resources={"cpus": 1, "gpus": 1},
+        limits={"max_concurrent_trials": 1},
+        training={**tiny_spec()["training"], "epochs": 2},
+    )
+    a1, a2, b1 = alpha.submit(gpu_spec), alpha.submit(gpu_spec | {"seeds": [2]}), beta.submit(gpu_spec)
+    running = ("DISPATCHED", "RUNNING")
+    alpha.wait(a1, lambda j: j["state"] in running)
+    beta.wait(b1, lambda j: j["state"] in running)
+    waiting = alpha.job(a2)
+    assert (
+        waiting["state"] == "QUEUED" and waiting["wait_reason"] == "team quota: 1/1 GPUs in use, needs 1 GPU"
+    )
+    queue = alpha("GET", "/api/v1/pool/queue").json()["data"]
+    assert [(e["job_id"], e["reason"]) for e in queue] == [(a2, waiting["wait_reason"])]
+    usage = {t["team"]: t["gpus_in_use"] for t in alpha("GET", "/api/v1/pool").json()["teams"]}
+    assert usage == {"alpha": 1.0, "beta": 1.0}
+    first = alpha.wait(a1, lambda j: j["state"] in FINAL)
+    assert first["state"] == "SUCCEEDED", first["message"]
+    second = alpha.wait(a2, lambda j: j["state"] in FINAL)
+    assert second["state"] == "SUCCEEDED", second["message"]
+    assert second["started_at"] >= first["finished_at"]
+    assert beta.wait(b1, lambda j: j["state"] in FINAL)["state"] == "SUCCEEDED"
+
+
+@pytest.mark.slow
+def test_cancel_stops_the_ray_job_and_kills_the_mlflow_runs(server: Server) -> None:
+    from mlflow.tracking import MlflowClient
+
+    admin = Api(server, server.admin_key())
+    api = Api(server, admin.team_key("nlp"))
+    spec = tiny_spec(training={**tiny_spec()["training"], "epochs": 20, "max_train_samples": 64})
+    job_id = api.submit(spec)
+    api.wait(job_id, lambda j: j["state"] == "RUNNING" and any(t["state"] == "RUNNING" for t in j["trials"]))
+    assert api("POST", f"/api/v1/jobs/{job_id}/cancel").json()["state"] == "CANCELLED"
+    job = api.wait(job_id, lambda j: j["attempts"][0]["ended_at"] is not None, timeout=120, past_the_end=True)
+    assert job["attempts"][0]["state"] == "STOPPED"
+    client = MlflowClient(f"sqlite:///{server.data_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("smartune")
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`smartune.job_id` = '{job_id}'"
+    )
+    assert runs and all(r.info.status in ("KILLED", "FINISHED", "FAILED") for r in runs)
+    assert any(r.info.status == "KILLED" for r in runs)
+
+
+@pytest.mark.slow
+def test_the_same_tiny_job_on_postgresql(
+    tmp_path: Path, ray_head: RayHead, postgres: Postgres, glue_dir: Path
+) -> None:
+    server = make_server(
+        tmp_path, ray_address=ray_head.address, database_url=postgres.create_database("serve_e2e")
+    )
+    server.start()
+    try:
+        admin = Api(server, server.admin_key())
+        api = Api(server, admin.team_key("nlp"))
+        job_id = api.submit(tiny_spec())
+        job = api.wait(job_id, lambda j: j["state"] in FINAL)
+        assert job["state"] == "SUCCEEDED", job["message"]
+        assert len(job["trials"]) == 2
+        assert api("GET", f"/api/v1/jobs/{job_id}/results").json()["job_id"] == job_id
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, glue_dir: Path) -> None:
+    """The Ray head dies mid-sweep; a new one comes up at the same address: the job is LOST, requeued as
+    attempt 2, and the sweep driver resumes the Tune experiment from the storage path."""
+    from tests.integration.cluster import start_ray_head
+
+    head = start_ray_head()
+    server = make_server(tmp_path, ray_address=head.address).start()
+    try:
+        admin = Api(server, server.admin_key())
+        api = Api(server, admin.team_key("nlp"))
+        long_training = {**tiny_spec()["training"], "epochs": 60, "max_train_samples": 128}
+        one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
+        spec = tiny_spec(training=long_training, search_space=one_trial)
+        job_id = api.submit(spec)
+        running = api.wait(job_id, lambda j: any((t["last_epoch"] or 0) >= 2 for t in j["trials"]))
+        assert running["trials"][0]["last_epoch"] < 40, "the sweep runs too fast to be interrupted"
+        head.stop()  # the head and every Ray job on it are gone
+        head = start_ray_head(ports=head.ports)
+        job = api.wait(job_id, lambda j: j["state"] in FINAL, timeout=420)
+        assert job["state"] == "SUCCEEDED", job["message"]
+        assert [(a["number"], a["state"]) for a in job["attempts"]] == [(1, "LOST"), (2, "SUCCEEDED")]
+        states = [t["to_state"] for t in job["transitions"]]
+        assert states == [
+            "QUEUED",
+            "DISPATCHED",
+            "RUNNING",
+            "LOST",
+            "QUEUED",
+            "DISPATCHED",
+            "RUNNING",
+            "SUCCEEDED",
+        ]
+        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 60)]
+    finally:
+        server.stop()
+        head.stop()

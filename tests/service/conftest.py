@@ -1,0 +1,3 @@
+"""Service tests: the app with fake Ray and MLflow (fixtures in tests/service/fixtures.py)."""
+
+from tests.service.fixtures import *  # noqa: F403

@@ -1,0 +1,152 @@
+"""In-memory stand-ins for Ray and MLflow with the same protocols as service.ray_jobs / service.tracking."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
+from service.scheduler import Resources
+from service.tracking import JobRuns, TrialRun
+
+
+@dataclass
+class FakeRayJob:
+    submission_id: str
+    entrypoint: str
+    env_vars: dict[str, str]
+    metadata: dict[str, str]
+    status: str = "PENDING"
+    message: str | None = None
+    logs: str = ""
+
+
+@dataclass
+class FakeRay:
+    """A Ray cluster in a dict. `down = True` makes every call fail as unreachable."""
+
+    cpus: float = 8.0
+    gpus: float = 2.0
+    jobs: dict[str, FakeRayJob] = field(default_factory=dict)
+    submissions: list[str] = field(default_factory=list)  # every accepted submit, in order
+    stopped: list[str] = field(default_factory=list)
+    down: bool = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise RayUnavailable("fake Ray is down")
+
+    def submit(
+        self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
+    ) -> None:
+        self._check()
+        if submission_id in self.jobs:
+            raise RayJobExists(submission_id)
+        self.jobs[submission_id] = FakeRayJob(submission_id, entrypoint, env_vars, metadata)
+        self.submissions.append(submission_id)
+
+    def info(self, submission_id: str) -> RayJobInfo | None:
+        self._check()
+        job = self.jobs.get(submission_id)
+        return RayJobInfo(job.status, job.message) if job else None
+
+    def stop(self, submission_id: str) -> bool:
+        self._check()
+        job = self.jobs.get(submission_id)
+        if job is None or job.status in RAY_FINAL:
+            return False
+        job.status = "STOPPED"
+        self.stopped.append(submission_id)
+        return True
+
+    def logs(self, submission_id: str) -> str | None:
+        self._check()
+        job = self.jobs.get(submission_id)
+        return job.logs if job else None
+
+    def capacity(self) -> Resources:
+        self._check()
+        return Resources(self.cpus, self.gpus)
+
+    def ping(self) -> None:
+        self._check()
+
+    # test helpers
+    def set(self, submission_id: str, status: str, *, logs: str = "", message: str | None = None) -> None:
+        job = self.jobs[submission_id]
+        job.status, job.message = status, message
+        job.logs += logs
+
+    def restart(self) -> None:
+        """A head restart: every job is forgotten."""
+        self.jobs.clear()
+
+
+@dataclass
+class FakeTracker:
+    """MLflow runs per job id: `trials[job_id]` is what the driver would have logged."""
+
+    trials: dict[str, list[TrialRun]] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: list[tuple[str, str]] = field(default_factory=list)
+
+    def ensure_experiment(self) -> str | None:
+        return "1"
+
+    def job_runs(self, job_id: str) -> JobRuns:
+        trials = self.trials.get(job_id, [])
+        return JobRuns(
+            experiment_id="1", parent_run_id=f"parent-{job_id}" if trials else None, trials=list(trials)
+        )
+
+    def summary(self, job_id: str) -> dict[str, Any] | None:
+        return self.summaries.get(job_id)
+
+    def end_runs(self, job_id: str, status: str) -> int:
+        self.ended.append((job_id, status))
+        return len(self.trials.get(job_id, []))
+
+    # test helper
+    def log_trial(
+        self, job_id: str, trial_id: str, state: str, score: float | None = None, **kw: Any
+    ) -> None:
+        runs = [t for t in self.trials.get(job_id, []) if t.trial_id != trial_id]
+        runs.append(
+            TrialRun(
+                trial_id=trial_id,
+                run_id=f"run-{job_id}-{trial_id}",
+                attempt=kw.get("attempt", 1),
+                state=state,
+                error_class=kw.get("error_class"),
+                params=kw.get("params", {"learning_rate": 1e-4}),
+                best_score=score,
+                last_epoch=kw.get("epoch"),
+                metrics={"score": score} if score is not None else {},
+            )
+        )
+        self.trials[job_id] = runs
+
+
+def summary_for(job_id: str, value: float = 0.75) -> dict[str, Any]:
+    """A summary.json as the sweep contract defines it."""
+    return {
+        "job_id": job_id,
+        "tracking_uri": "sqlite:///fake",
+        "parent_run_id": f"parent-{job_id}",
+        "main_metric": "accuracy",
+        "trials_by_state": {"TERMINATED": 2},
+        "cells": [
+            {"params": {"learning_rate": 1e-4}, "n": 2, "mean": value, "std": 0.0, "trial_ids": ["t1", "t2"]}
+        ],
+        "best": {
+            "params": {"learning_rate": 1e-4},
+            "value": value,
+            "run_id": "run-t1",
+            "checkpoint_uri": None,
+        },
+    }
+
+
+def summary_line(job_id: str) -> str:
+    return json.dumps(summary_for(job_id)) + "\n"

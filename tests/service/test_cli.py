@@ -1,0 +1,114 @@
+"""The CLI: `smartune admin` on the store directly; the client commands against the app (fake Ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from cli import client_cmd
+from cli.main import main
+from service.engine import Engine
+from tests.service.fakes import FakeRay, summary_line
+from tests.service.utils import QUICK_SPEC, auth
+
+
+def test_admin_creates_teams_and_keys_on_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    data = str(tmp_path / "data")
+    assert main(["admin", "--data-dir", data, "create-team", "nlp", "--gpus", "2", "--max-jobs", "3"]) == 0
+    out = capsys.readouterr()
+    team_key = out.out.strip()
+    assert team_key.startswith("smt_") and out.out == team_key + "\n"  # the key alone on stdout
+    assert main(["admin", "--data-dir", data, "create-key", "nlp"]) == 0
+    assert capsys.readouterr().out.strip().startswith("smt_")
+    assert main(["admin", "--data-dir", data, "create-key", "--admin"]) == 0
+    admin_key = capsys.readouterr().out.strip()
+    assert main(["admin", "--data-dir", data, "create-team", "nlp"]) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert main(["admin", "--data-dir", data, "create-key", "nobody"]) == 2
+    assert main(["admin", "--data-dir", data, "list-teams"]) == 0
+    assert "nlp\tgpus=2\tjobs=3" in capsys.readouterr().out
+
+    from service import crud
+    from service.config import Settings
+    from service.db import connect
+
+    db = connect(Settings(data_dir=data).sqlalchemy_url)
+    with db.sessions() as session:
+        team_row = crud.authenticate(session=session, key=team_key)
+        admin_row = crud.authenticate(session=session, key=admin_key)
+        assert team_row is not None and team_row.team is not None and team_row.team.gpu_quota == 2
+        assert admin_row is not None and admin_row.is_admin and admin_row.team is None
+    key_id = team_key.split("_")[1]
+    assert main(["admin", "--data-dir", data, "revoke-key", key_id]) == 0
+    with db.sessions() as session:
+        assert crud.authenticate(session=session, key=team_key) is None
+
+
+@pytest.fixture
+def cli(client: TestClient, team_key: str, monkeypatch: Any) -> TestClient:
+    """Route the CLI's HTTP calls into the test app."""
+    client.headers.update(auth(team_key))
+    monkeypatch.setattr(client_cmd, "connect", lambda _args: client)
+    return client
+
+
+def test_submit_jobs_status_cancel_logs(
+    cli: TestClient, tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: Engine, fake_ray: FakeRay
+) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(QUICK_SPEC))
+    assert main(["submit", str(spec_file), "--idempotency-key", "once"]) == 0
+    out = capsys.readouterr()
+    job_id = out.out.strip()
+    assert job_id.startswith("job-") and "QUEUED: 2 trials" in out.err
+    assert main(["submit", str(spec_file), "--idempotency-key", "once"]) == 0
+    assert capsys.readouterr().out.strip() == job_id
+
+    assert main(["jobs"]) == 0
+    listing = capsys.readouterr().out
+    assert job_id in listing and "QUEUED" in listing
+
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED", logs="epoch 1\n" + summary_line(job_id))
+    engine.tick()
+    assert main(["status", job_id, "--watch", "--interval", "0"]) == 0
+    status = capsys.readouterr().out
+    assert f"{job_id} SUCCEEDED" in status and "best 0.7500" in status
+
+    assert main(["logs", job_id, "--tail", "2"]) == 0
+    assert capsys.readouterr().out.startswith("epoch 1\n")
+
+    second = tmp_path / "second.json"
+    second.write_text('{"task": "rte", "model": "tiny-random", "seeds": [7]}')
+    assert main(["submit", str(second)]) == 0
+    other = capsys.readouterr().out.strip()
+    assert main(["cancel", other]) == 0
+    assert capsys.readouterr().out.strip() == f"{other} CANCELLED"
+    assert main(["status", other, "--watch", "--interval", "0"]) == 1  # ended, but not SUCCEEDED
+
+
+def test_client_errors_are_one_line(
+    cli: TestClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: mars\n")
+    assert main(["submit", str(bad)]) == 2
+    assert "422: task:" in capsys.readouterr().err
+    assert main(["status", "job-nope"]) == 2
+    assert "404: job 'job-nope' not found" in capsys.readouterr().err
+    assert main(["submit", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_no_key_and_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
+    monkeypatch.delenv("SMARTUNE_API_KEY", raising=False)
+    assert main(["jobs"]) == 2
+    assert "no API key" in capsys.readouterr().err
+    assert main(["jobs", "--key", "smt_x", "--url", "http://127.0.0.1:9"]) == 2
+    assert "cannot reach the server" in capsys.readouterr().err

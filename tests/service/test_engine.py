@@ -1,0 +1,211 @@
+"""The engine over fake Ray: dispatch once, reconcile after restarts, requeue lost jobs, quotas, Ray down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from service.config import Settings
+from service.db import Database
+from service.engine import Engine
+from service.main import create_app
+from service.models import Transition
+from service.ray_jobs import RayJobError
+from tests.service.fakes import FakeRay, FakeTracker, summary_line
+from tests.service.utils import auth, make_team, spec, submit
+
+
+def read(client: TestClient, key: str, job_id: str) -> dict[str, Any]:
+    return dict(client.get(f"/api/v1/jobs/{job_id}", headers=auth(key)).json())
+
+
+def states(db: Database, job_id: str) -> list[str]:
+    with db.sessions() as session:
+        query = select(Transition.to_state).where(Transition.job_id == job_id).order_by(Transition.id)
+        return list(session.scalars(query))
+
+
+def test_a_lost_job_is_requeued_as_its_next_attempt(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, db: Database
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "RUNNING")
+    engine.tick()
+    queued_at = read(client, team_key, job_id)["queued_at"]
+    fake_ray.restart()  # the head restarted: Ray forgot every job
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "DISPATCHED" and job["attempt"] == 2 and job["submission_id"] == f"{job_id}-a2"
+    assert job["queued_at"] == queued_at  # it keeps its place in the queue
+    assert [a["state"] for a in job["attempts"]] == ["LOST", "SUBMITTED"]
+    assert states(db, job_id) == ["QUEUED", "DISPATCHED", "RUNNING", "LOST", "QUEUED", "DISPATCHED"]
+    assert "resuming from" in job["transitions"][4]["reason"]
+    assert fake_ray.submissions == [f"{job_id}-a1", f"{job_id}-a2"]
+    assert fake_ray.jobs[f"{job_id}-a2"].entrypoint.endswith("--attempt 2")
+
+
+def test_a_job_lost_too_often_fails(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, settings: Settings
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    for _ in range(settings.max_attempts):
+        engine.tick()
+        fake_ray.restart()
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "FAILED" and job["message"] == f"lost {settings.max_attempts} times; giving up"
+
+
+def test_restart_keeps_watching_and_records_the_end_once(
+    settings: Settings, fake_ray: FakeRay, fake_tracker: FakeTracker
+) -> None:
+    with TestClient(create_app(settings, ray=fake_ray, tracker=fake_tracker, run_engine=False)) as client:
+        key = make_team(client.app.state.db, "nlp")  # type: ignore[attr-defined]
+        job_id = submit(client, key)["id"]
+        client.app.state.engine.tick()  # type: ignore[attr-defined]
+        fake_ray.set(f"{job_id}-a1", "RUNNING")
+        client.app.state.engine.tick()  # type: ignore[attr-defined]
+    # the service is down while the sweep finishes; a new process reconciles
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED", logs=summary_line(job_id))
+    with TestClient(create_app(settings, ray=fake_ray, tracker=fake_tracker, run_engine=False)) as client:
+        engine = client.app.state.engine  # type: ignore[attr-defined]
+        assert not engine.reconciled
+        engine.tick()
+        engine.tick()
+        assert engine.reconciled
+        job = read(client, key, job_id)
+        assert job["state"] == "SUCCEEDED" and job["attempt"] == 1
+        assert states(client.app.state.db, job_id).count("SUCCEEDED") == 1  # type: ignore[attr-defined]
+    assert fake_ray.submissions == [f"{job_id}-a1"]
+
+
+def test_an_attempt_recorded_but_never_accepted_is_submitted_once_with_the_same_id(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.refresh_capacity()
+    fake_ray.down = True  # the attempt is recorded, then the Ray call fails
+    engine.dispatcher.schedule(engine.capacity)
+    job = read(client, team_key, job_id)
+    assert job["state"] == "DISPATCHED" and job["attempts"][0]["state"] == "SUBMITTING"
+    engine.tick()  # still down: nothing changes, nothing is lost
+    assert read(client, team_key, job_id)["attempts"][0]["state"] == "SUBMITTING"
+    fake_ray.down = False
+    engine.tick()
+    engine.tick()
+    assert fake_ray.submissions == [f"{job_id}-a1"]
+    assert read(client, team_key, job_id)["attempts"][0]["state"] == "SUBMITTED"
+
+
+def test_a_lost_reply_is_not_a_second_dispatch(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    fake_ray.submit(
+        submission_id=f"{job_id}-a1", entrypoint="x", env_vars={}, metadata={}
+    )  # Ray took it already
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["attempts"][0]["state"] == "SUBMITTED" and len(fake_ray.jobs) == 1
+
+
+def test_ray_refusing_a_job_fails_it(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, monkeypatch: Any
+) -> None:
+    def refuse(**_kw: Any) -> None:
+        raise RayJobError("runtime_env is invalid")
+
+    monkeypatch.setattr(fake_ray, "submit", refuse)
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "FAILED" and "runtime_env is invalid" in job["message"]
+
+
+def test_a_job_stopped_outside_smartune_fails(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "STOPPED")
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "FAILED" and "outside smartune" in job["message"]
+
+
+def test_ray_down_postpones_everything(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.down = True
+    engine.tick()
+    assert engine.last_error and "down" in engine.last_error
+    assert read(client, team_key, job_id)["state"] == "DISPATCHED"
+    ready = client.get("/readyz", headers=auth(team_key))
+    assert ready.status_code == 503 and ready.json()["database"] == "ok"
+    fake_ray.down = False
+    assert client.get("/readyz", headers=auth(team_key)).json() == {
+        "status": "ok",
+        "database": "ok",
+        "ray": "ok",
+    }
+
+
+def test_two_teams_with_one_gpu_each_share_a_two_gpu_pool(
+    client: TestClient, db: Database, engine: Engine, fake_ray: FakeRay
+) -> None:
+    fake_ray.gpus = 2
+    a, b = make_team(db, "alpha", gpu_quota=1), make_team(db, "beta", gpu_quota=1)
+    gpu_spec = spec(resources={"gpus": 1})
+    a1 = submit(client, a, gpu_spec)["id"]
+    a2 = submit(client, a, spec(resources={"gpus": 1}, seeds=[2]))["id"]
+    b1 = submit(client, b, gpu_spec)["id"]
+    engine.tick()
+    assert [read(client, a, a1)["state"], read(client, a, a2)["state"], read(client, b, b1)["state"]] == [
+        "DISPATCHED",
+        "QUEUED",
+        "DISPATCHED",
+    ]
+    assert read(client, a, a2)["wait_reason"] == "team quota: 1/1 GPUs in use, needs 1 GPU"
+    pool = client.get("/api/v1/pool", headers=auth(a)).json()
+    assert pool["capacity"] == {"cpus": 8.0, "gpus": 2.0} and pool["free"]["gpus"] == 0
+    usage = {t["team"]: (t["gpus_in_use"], t["jobs_running"], t["jobs_queued"]) for t in pool["teams"]}
+    assert usage == {"alpha": (1.0, 1, 1), "beta": (1.0, 1, 0)}
+    queue = client.get("/api/v1/pool/queue", headers=auth(a)).json()
+    assert queue["data"] == [
+        {
+            "position": 1,
+            "job_id": a2,
+            "team": "alpha",
+            "priority": 0,
+            "cpus": 1.0,
+            "gpus": 1.0,
+            "queued_at": queue["data"][0]["queued_at"],
+            "reason": "team quota: 1/1 GPUs in use, needs 1 GPU",
+        }
+    ]
+    fake_ray.set(f"{a1}-a1", "SUCCEEDED", logs=summary_line(a1))
+    engine.tick()  # a1 ends, then the same round admits a2
+    assert read(client, a, a2)["state"] == "DISPATCHED" and read(client, a, a2)["wait_reason"] is None
+    reasons = [t["reason"] for t in read(client, a, a2)["transitions"]]
+    assert reasons[1].startswith("admitted: priority 0, team alpha at 0 GPUs in use / weight 1")
+
+
+def test_cancel_while_the_attempt_is_being_submitted(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.refresh_capacity()
+    fake_ray.down = True
+    engine.dispatcher.schedule(engine.capacity)  # recorded SUBMITTING, never reached Ray
+    fake_ray.down = False
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=auth(team_key)).json()["state"] == "CANCELLED"
+    engine.tick()
+    engine.tick()
+    assert fake_ray.submissions == []
+    job = read(client, team_key, job_id)
+    assert job["attempts"][0]["state"] == "STOPPED" and job["state"] == "CANCELLED"

@@ -1,0 +1,98 @@
+"""Shared fixtures of the sweep tests: one real local Ray cluster per session, a real MLflow SQLite store.
+
+Ray is started once, with 2 CPUs and 2 *logical* GPUs (design §8: enough to test GPU placement on a
+machine without GPUs), and shared by every test that asks for `ray_cluster`. Each test gives its sweep
+its own job id; all sweeps of the session share one data dir (Tune storage, mlflow.db, mlartifacts).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from worker.settings import Settings
+from worker.tracking import TrackingTarget, find_runs
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[dict[str, float]]:
+    import ray
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    started = not ray.is_initialized()
+    if started:
+        # address="local": a fresh cluster even when someone runs `ray start` on this machine.
+        ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False)
+    yield ray.cluster_resources()
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def sweep_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    data_dir = tmp_path_factory.mktemp("smartune-data")
+    settings = Settings.from_env({"SMARTUNE_DATA_DIR": str(data_dir)})
+    settings.prepare()
+    return settings
+
+
+SpecFactory = Callable[..., dict[str, Any]]
+
+
+def _runs_of(settings: Settings, job_id: str) -> tuple[Run, list[Run]]:
+    client = MlflowClient(settings.tracking_uri)
+    experiment = client.get_experiment_by_name(settings.experiment)
+    assert experiment is not None
+    target = TrackingTarget(settings.tracking_uri, experiment.experiment_id, job_id)
+    parents = find_runs(client, target, kind="sweep")
+    children = [r for r in find_runs(client, target) if "smartune.trial_id" in r.data.tags]
+    assert len(parents) == 1, parents
+    return parents[0], sorted(children, key=lambda r: r.data.tags["smartune.trial_id"])
+
+
+def _history(settings: Settings, run: Run, key: str) -> dict[int, float]:
+    client = MlflowClient(settings.tracking_uri)
+    points = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: (m.step, m.timestamp))
+    return {m.step: m.value for m in points}
+
+
+@pytest.fixture
+def job_runs(sweep_settings: Settings) -> Callable[[str], tuple[Run, list[Run]]]:
+    """job id -> (its parent run, its child runs sorted by trial id), read back from MLflow."""
+    return lambda job_id: _runs_of(sweep_settings, job_id)
+
+
+@pytest.fixture
+def metric_history(sweep_settings: Settings) -> Callable[[Run, str], dict[int, float]]:
+    """(run, metric) -> {step: value}, the last value logged at each step."""
+    return lambda run, key: _history(sweep_settings, run, key)
+
+
+@pytest.fixture
+def tiny_spec(glue_dir: Path) -> SpecFactory:
+    """Builds job spec documents for tiny-random on a slice of real RTE: seconds per trial."""
+    return lambda **fields: _tiny_spec(glue_dir, **fields)
+
+
+def _tiny_spec(glue_dir: Path, **fields: Any) -> dict[str, Any]:
+    training = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "max_train_samples": 32,
+                "max_eval_samples": 16, "max_seq_length": 64}  # fmt: skip
+    training |= fields.pop("training", {})
+    spec: dict[str, Any] = {
+        "task": "rte",
+        "data": str(glue_dir),
+        "model": "tiny-random",
+        "method": "smart",
+        "method_params": {"epsilon": 1e-3},
+        "training": training,
+        "resources": {"cpus": 1},
+        "limits": {"max_concurrent_trials": 2, "max_retries": 1},
+    }
+    spec.update(fields)
+    return spec
