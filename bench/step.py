@@ -17,10 +17,8 @@ import copy
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +27,7 @@ import torch.nn.functional as F
 import transformers
 from torch import Tensor, nn
 
-from bench import check_targets, spread, sync
+from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from smart_core import METHOD_PRESETS, ModelFns, Objective, method_config
 from worker.adapter import EmbeddingAdapter
@@ -38,12 +36,15 @@ from worker.models import resolve_model
 PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 WARMUP_ROUNDS = 2  # untimed rounds: lazy AdamW state, allocator growth, oneDNN/cuBLAS kernel selection
 MEMORY_STEPS = 3  # updates a memory child runs after its baseline (the first allocates the AdamW state)
+MAX_ROUNDS_FACTOR = 3  # timed rounds stop at this multiple of --steps even if samples stay contended
 MEMORY_PARALLEL = 2  # memory children at a time
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
 METHODOLOGY = {
-    "timing": "median of `steps` interleaved rounds (round-robin, order rotated each round) after warm-up "
-    "rounds; each method has its own model copy, AdamW and objective; the peer runs in the same loop",
+    "timing": "median over uncontended samples of interleaved rounds (round-robin, order rotated each round) "
+    "after warm-up rounds, run until each method has `steps` of them (or 3x `steps` rounds); a sample is "
+    "contended when other work used > contention_limit_cpus CPUs during it (/proc/stat incl. steal); "
+    "each method has its own model copy, AdamW and objective; the peer runs in the same loop",
     "step": "objective loss + isfinite check + backward + clip 1.0 + AdamW(lr 1e-5, wd 0) + zero_grad + "
     "after_update, model in train mode; head grad-ratio diagnostics on as in worker/session.py; no LR schedule",
     "padding": "vanilla updates, batch 16, first N train rows truncated at 128; the same batches collated "
@@ -105,26 +106,31 @@ class Stepper:
 
 def time_interleaved(
     steppers: dict[str, Stepper], batch: Batch, labels: Tensor, rounds: int, device: torch.device
-) -> dict[str, list[float]]:
-    """Seconds per update of each stepper in each timed round, measured round-robin after WARMUP_ROUNDS.
+) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
+    """Seconds per update of each stepper in each timed round, and whether the sample was uncontended.
 
+    Round-robin after WARMUP_ROUNDS, the order rotated each round. Rounds go on until every method has
+    `rounds` clean samples (no other work on the CPUs, see bench.timed), or MAX_ROUNDS_FACTOR x `rounds`.
     Each method keeps its own model copy, optimiser and objective (not a weight reset per round): the
     methods then never see each other's updates or teacher state, and nothing is copied inside the loop.
     """
     names = list(steppers)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(WARMUP_ROUNDS + rounds):
+    clean: dict[str, list[bool]] = {n: [] for n in names}
+    for r in range(WARMUP_ROUNDS + MAX_ROUNDS_FACTOR * rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:  # rotate: no method always runs right after another
-            sync(device)
-            start = time.perf_counter()
-            steppers[name].step(batch, labels)
-            sync(device)
+            seconds, foreign = timed(lambda s=steppers[name]: s.step(batch, labels), device)
             if r >= WARMUP_ROUNDS:
-                times[name].append(time.perf_counter() - start)
-        label = "warm-up" if r < WARMUP_ROUNDS else "timed"
-        print(f"[step] round {r + 1}/{WARMUP_ROUNDS + rounds} ({label})", file=sys.stderr)
-    return times
+                times[name].append(seconds)
+                clean[name].append(foreign <= CONTENTION_LIMIT)
+        label = (
+            "warm-up" if r < WARMUP_ROUNDS else f"timed, fewest clean samples {min(map(sum, clean.values()))}"
+        )
+        print(f"[step] round {r + 1} ({label})", file=sys.stderr)
+        if r >= WARMUP_ROUNDS and min(map(sum, clean.values())) >= rounds:
+            break
+    return times, clean
 
 
 # -- memory ------------------------------------------------------------------------------------------------
@@ -233,9 +239,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         peer_error = f"smart-pytorch not installed ({err}): pip install 'smartune[bench]'"
     timed = methods + ([PEER] if peer_error is None else [])
     steppers = {m: Stepper(copy.deepcopy(model), m, device) for m in timed}
-    times = time_interleaved(steppers, batch, labels, args.steps, device)
+    times, clean = time_interleaved(steppers, batch, labels, args.steps, device)
     del steppers
-    step_s = {m: statistics.median(v) for m, v in times.items()}
+    step_s = {m: clean_median(times[m], clean[m]) for m in times}
     peak = measure_memory(methods, args, device)
     results = {
         m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
@@ -247,7 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         entry: dict[str, Any] = {"step_s": step_s[PEER], "time_ratio": step_s[PEER] / step_s["vanilla"]}
         if "smart-rs-only" in step_s:
             entry["smart_rs_only_vs_peer"] = step_s["smart-rs-only"] / step_s[PEER]
-            entry["paired_ratio_quartiles"] = spread(times, unit=PEER)["smart-rs-only"]
+            entry["paired_ratio_quartiles"] = spread(times, clean, unit=PEER)["smart-rs-only"]
         peer["smart_pytorch"] = entry
     tasks = [t.strip() for t in (args.padding_tasks or "").split(",") if t.strip()]
     padding = padding_benchmark(
@@ -267,11 +273,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_1min": {"start": load_start, "end": os.getloadavg()[0]},  # well above `threads`: shared CPUs
         "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
         "batch_size": args.batch_size, "seq_len": args.seq_len, "batch_source": source,
-        "steps": args.steps, "warmup_rounds": WARMUP_ROUNDS, **METHODOLOGY,
+        "steps": args.steps, "warmup_rounds": WARMUP_ROUNDS, "contention_limit_cpus": CONTENTION_LIMIT,
+        "timing_contended": min(map(sum, clean.values())) < args.steps, **METHODOLOGY,
         "memory": memory_note(device), "memory_steps": MEMORY_STEPS,
     }  # fmt: skip
     return {"methods": results, "peer": peer, "padding": padding, "setup": setup,
-            "spread": spread(times), "targets": check_targets(results, peer, padding)}  # fmt: skip
+            "spread": spread(times, clean), "targets": check_targets(results, peer, padding)}  # fmt: skip
 
 
 def _table(result: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from bench import clean_median, timed
 from bench.padding import fixed_batch, glue_root, padding_benchmark
 from bench.step import main
 from worker.models import TINY_RANDOM_ALIAS, resolve_model
@@ -64,7 +65,8 @@ def test_json_shape(result: dict[str, Any]) -> None:
     setup = result["setup"]
     assert setup["batch_size"] == 4 and setup["seq_len"] == 16 and setup["steps"] == 2
     assert setup["device"] == "cpu" and setup["torch"] == torch.__version__
-    assert "memory" in setup and "threads" in setup
+    assert "memory" in setup and "threads" in setup and "timing_contended" in setup
+    assert set(result["spread"]) == {"vanilla", "smart", "smart-pytorch"}
 
 
 def test_vanilla_is_the_unit(result: dict[str, Any]) -> None:
@@ -110,3 +112,10 @@ def test_missing_data_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch, 
 def test_unknown_method_is_rejected() -> None:
     with pytest.raises(ValueError, match="methods"):
         main(_args(methods="vanilla,nope"))
+
+
+def test_contended_samples_are_left_out_of_the_median() -> None:
+    assert clean_median([1.0, 9.0, 2.0, 3.0], [True, False, True, True]) == 2.0
+    assert clean_median([5.0, 7.0], [False, False]) == 6.0  # none clean: all samples
+    seconds, foreign = timed(lambda: sum(range(10_000)), torch.device("cpu"))
+    assert seconds > 0 and foreign >= 0

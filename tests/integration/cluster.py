@@ -107,6 +107,12 @@ class RayHead:
         stop_group(self.process, leader_only=True)  # `ray start --block` shuts its node down on SIGTERM
         shutil.rmtree(self.log.parent, ignore_errors=True)
 
+    def crash(self) -> None:
+        """SIGKILL the head's process group at once (GCS, raylet, dashboard): a head that dies, not one
+        that shuts down (which can take long enough for a short sweep to finish). Workers and job drivers
+        follow: they exit when the raylet goes, and Ray's watcher kills a driver whose supervisor died."""
+        stop_group(self.process, signal.SIGKILL, timeout=30)
+
 
 def start_ray_head(*, num_cpus: int = 4, num_gpus: int = 2, ports: dict[str, int] | None = None) -> RayHead:
     """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with

@@ -228,14 +228,15 @@ def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, gl
     try:
         admin = Api(server, server.admin_key())
         api = Api(server, admin.team_key("nlp"))
-        long_training = {**tiny_spec()["training"], "epochs": 60, "max_train_samples": 128}
+        long_training = {**tiny_spec()["training"], "epochs": 100, "max_train_samples": 128}
         one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
         spec = tiny_spec(training=long_training, search_space=one_trial)
         job_id = api.submit(spec)
         running = api.wait(job_id, lambda j: any((t["last_epoch"] or 0) >= 2 for t in j["trials"]))
-        assert running["trials"][0]["last_epoch"] < 40, "the sweep runs too fast to be interrupted"
-        head.stop()  # the head and every Ray job on it are gone
-        head = start_ray_head(ports=head.ports)
+        assert running["trials"][0]["last_epoch"] < 50, "the sweep runs too fast to be interrupted"
+        head.crash()  # the head and every Ray job on it are gone
+        old_head, head = head, start_ray_head(ports=head.ports)
+        old_head.stop()
         job = api.wait(job_id, lambda j: j["state"] in FINAL, timeout=420)
         assert job["state"] == "SUCCEEDED", job["message"]
         assert [(a["number"], a["state"]) for a in job["attempts"]] == [(1, "LOST"), (2, "SUCCEEDED")]
@@ -250,7 +251,7 @@ def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, gl
             "RUNNING",
             "SUCCEEDED",
         ]
-        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 60)]
+        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 100)]
     finally:
         server.stop()
         head.stop()
