@@ -5,14 +5,24 @@ Symbols follow Jiang et al. (ACL 2020), Section 3 and Algorithm 1. Nothing here 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal, get_args
 
 MethodName = Literal["vanilla", "smart", "r3f", "freelb", "pgd"]
 Projection = Literal["ball", "renorm"]  # ball: clamp δ to the ε-ball (paper); renorm: official mt-dnn rule
 GradNorm = Literal["example-inf", "token-inf", "example-l2", "none"]
 NormP = Literal["inf", "2"]
 BregmanKind = Literal["momentum", "vanilla", "none"]
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "method": get_args(MethodName),
+    "projection": get_args(Projection),
+    "grad_norm": get_args(GradNorm),
+    "norm_p": get_args(NormP),
+    "bregman": get_args(BregmanKind),
+    "adv_norm": ("l2", "inf"),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,17 @@ class MethodConfig:
     adv_norm: Literal["l2", "inf"] = "l2"  # FreeLB / PGD norm for init, normalisation and projection
 
     def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in _CHOICES and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"{f.name} must be a number, got {value!r}")
+            if f.type == "int":
+                if not float(value).is_integer():
+                    raise ValueError(f"{f.name} must be a whole number, got {value!r}")
+                object.__setattr__(self, f.name, int(value))  # 2.0 from JSON/YAML -> 2 (frozen dataclass)
         for name in ("lambda_s", "mu", "epsilon", "sigma", "eta", "renorm_stabilizer", "adv_lr"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -47,7 +47,10 @@ def trial_config(values: Mapping[str, Any]) -> dict[str, Any]:
     overrides = {k: v for k, v in values.items() if k in METHOD_FIELDS and k not in pinned}
     config = {k: v for k, v in values.items() if k in TRAIN_FIELDS}
     config["method_overrides"] = dict(sorted(overrides.items()))
-    TrainConfig.from_dict(config)  # validates every value now, before any trial starts
+    try:
+        TrainConfig.from_dict(config)  # validates every value now, before any trial starts
+    except TypeError as err:  # e.g. lambda_s: "lots" compared with 0
+        raise ValueError(f"a value has the wrong type: {err}") from err
     return config
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from smart_core.config import METHOD_PRESETS
+from smart_core.config import METHOD_PRESETS, MethodConfig
 from worker.grid import METHOD_FIELDS, SWEEPABLE, expand_grid
 from worker.presets import SEARCH_PRESETS, get_preset
 from worker.tasks import TASKS
@@ -173,6 +173,7 @@ class JobSpec(_Strict):
             raise ValueError(
                 f"unknown method parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(METHOD_FIELDS))}"
             )
+        MethodConfig(**value)  # each message names the parameter
         return value
 
     @model_validator(mode="after")
