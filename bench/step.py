@@ -4,7 +4,8 @@ A step is what worker/loop.py::train_step does: the method's loss (smart_core.Ob
 from worker.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
 zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
 - Time: every method (and the smart-pytorch peer) on one fixed batch, interleaved round-robin in one
-  process after warm-up rounds, the round's order rotated each round; the median per method is reported.
+  process after warm-up rounds, the round's order rotated each round; the median per method over the
+  samples during which no other work used the CPUs (bench.timed) is reported.
 - Memory: one child process per method (`python -m bench.step --child METHOD ...`), since a process
   cannot forget its own allocator history. See `memory_note()` for what is counted.
 - Padding: bench/padding.py.
@@ -220,10 +221,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark as one JSON-able dict (progress on stderr)."""
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHOD_PRESETS]
-    if unknown or "vanilla" not in methods:
-        raise ValueError(
-            f"methods must include vanilla and come from {', '.join(METHOD_PRESETS)}; got {unknown}"
-        )
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHOD_PRESETS)}")
+    if "vanilla" not in methods:
+        raise ValueError("--methods must include vanilla: every ratio is relative to it")
     if args.steps < 1 or args.batch_size < 1 or args.seq_len < 4:
         raise ValueError("--steps and --batch-size must be >= 1, --seq-len >= 4")
     device, note = _device(args.device)

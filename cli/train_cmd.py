@@ -22,7 +22,9 @@ def _method_flags(parser: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
-        if kind in hints:
+        if kind == "bool":
+            group.add_argument(flag, dest=f"m_{f.name}", action=argparse.BooleanOptionalAction, default=None)
+        elif kind in hints:
             group.add_argument(flag, dest=f"m_{f.name}", type=hints[kind], default=None, metavar=kind.upper())
         else:
             choices = _literal_choices(f.name)

@@ -35,6 +35,7 @@ class ProximalReference:
         self.inner_updates = config.inner_updates  # S
         self.beta_early, self.beta_late = config.beta_early, config.beta_late
         self.switch_after = math.ceil(config.beta_switch * planned_updates)  # updates that use beta_early
+        self.teacher_dropout = config.teacher_dropout
         self.params = [p for p in module.parameters() if p.requires_grad]
         with torch.no_grad():
             self.shadow = [p.detach().clone() for p in self.params]  # θ̃ = θ₀
@@ -70,9 +71,20 @@ class ProximalReference:
                 p.data, s.data = s.data, p.data
 
     def outputs(self, full_forward: Callable[[], Tensor]) -> Tensor:
-        """f(x; θ̃) for the current batch, without autograd. Dropout follows the module's mode."""
-        with torch.no_grad(), self.swapped():
-            return full_forward().detach()
+        """f(x; θ̃) for the current batch, without autograd.
+
+        With teacher_dropout=False (the default) the teacher runs in eval mode: the target does not carry
+        dropout noise, and the forward is cheaper. Each submodule's own mode is restored afterwards.
+        """
+        modes = [(m, m.training) for m in self.module.modules()]
+        if not self.teacher_dropout:
+            self.module.eval()
+        try:
+            with torch.no_grad(), self.swapped():
+                return full_forward().detach()
+        finally:
+            for module, training in modes:
+                module.training = training
 
     def state_dict(self) -> dict[str, Any]:
         return {"shadow": [s.clone() for s in self.shadow], "updates_done": self.updates_done}

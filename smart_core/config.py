@@ -49,6 +49,9 @@ class MethodConfig:
     beta_early: float = 0.99  # β of the EMA teacher for the first `beta_switch` fraction of planned updates
     beta_late: float = 0.999  # β afterwards
     beta_switch: float = 0.1  # fraction of planned updates that use beta_early
+    teacher_dropout: bool = (
+        False  # False: f(x; θ̃) in eval mode, a deterministic target (and ~1/3 cheaper on CPU)
+    )
     adv_steps: int = 2  # K: ascent steps of FreeLB / PGD
     adv_lr: float = 0.1  # α: FreeLB / PGD step size on the normalised gradient
     adv_init_mag: float = 0.6  # FreeLB / PGD initial perturbation magnitude (0 = start clean)
@@ -61,6 +64,10 @@ class MethodConfig:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
+                continue
             if f.name not in _CHOICES and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f"{f.name} must be a number, got {value!r}")
             if f.type == "int":

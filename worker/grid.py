@@ -31,7 +31,7 @@ _PERTURBATION = (
     "norm_p",
     "renorm_stabilizer",
 )
-_BREGMAN = ("bregman", "inner_updates", "beta_early", "beta_late", "beta_switch")
+_BREGMAN = ("bregman", "inner_updates", "beta_early", "beta_late", "beta_switch", "teacher_dropout")
 _ADVERSARIAL = ("adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm")
 
 

@@ -110,8 +110,10 @@ def test_missing_data_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_unknown_method_is_rejected() -> None:
-    with pytest.raises(ValueError, match="methods"):
+    with pytest.raises(ValueError, match="unknown methods"):
         main(_args(methods="vanilla,nope"))
+    with pytest.raises(ValueError, match="must include vanilla"):
+        main(_args(methods="smart"))
 
 
 def test_contended_samples_are_left_out_of_the_median() -> None:

@@ -195,3 +195,16 @@ def test_bad_configs_name_the_field() -> None:
         MethodConfig(inner_updates=0)
     with pytest.raises(ValueError, match="unknown method"):
         method_config("smarter")
+
+
+def test_teacher_runs_without_dropout_unless_asked() -> None:
+    torch.manual_seed(0)
+    model = ToyEncoder(dropout=0.5)
+    model.train()
+    ids, mask, _ = toy_batch()
+    forward = lambda: model.from_embeddings(model.embed(ids), mask)  # noqa: E731
+    deterministic = ProximalReference(model, MethodConfig(), planned_updates=10)
+    torch.testing.assert_close(deterministic.outputs(forward), deterministic.outputs(forward))
+    assert model.training and model.dropout.training  # modes restored
+    noisy = ProximalReference(model, MethodConfig(teacher_dropout=True), planned_updates=10)
+    assert not torch.equal(noisy.outputs(forward), noisy.outputs(forward))
