@@ -8,6 +8,7 @@ its own job id; all sweeps of the session share one data dir (Tune storage, mlfl
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,19 @@ from mlflow.entities import Run
 
 from worker.settings import Settings
 from worker.tracking import TrackingTarget, find_runs
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test here may touch the network: offline env vars plus a socket that refuses to connect."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise OSError("network access is disabled in tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
 
 
 @pytest.fixture(scope="session")

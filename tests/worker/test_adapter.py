@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import pytest
@@ -26,17 +25,7 @@ FIRST = ["the cat sat on the mat", "a short one", "is this sentence entailed by 
 SECOND = ["a dog lay on the rug", "it is short", "no"]
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test here may touch the network: offline env vars plus a socket that refuses to connect."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-
-    def refuse(*_args: object, **_kwargs: object) -> None:
-        raise OSError("network access is disabled in tests")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,7 @@ from worker.models import (
 MINILM_WEIGHTS = Path(describe_model(MINILM_ALIAS)["path"]) / "model.safetensors"
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test here may touch the network: offline env vars plus a socket that refuses to connect."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-
-    def refuse(*_args: object, **_kwargs: object) -> None:
-        raise OSError("network access is disabled in tests")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def _tiny(seed: int = 0, **kw: object) -> BertForSequenceClassification:
