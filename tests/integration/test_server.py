@@ -3,6 +3,7 @@ MLflow store in the data directory. Tiny sweeps (tiny-random BERT, 32 RTE exampl
 
 from __future__ import annotations
 
+import copy
 import signal
 import time
 from collections.abc import Iterator
@@ -13,26 +14,16 @@ import httpx
 import pytest
 
 from tests.integration.cluster import Postgres, RayHead, Server, make_server
+from tests.service.utils import QUICK_SPEC
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def tiny_spec(**changes: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+    """The service tests' quick spec, trained with SMART, two trials at a time."""
+    spec = copy.deepcopy(QUICK_SPEC) | {
         "name": "integration",
-        "task": "rte",
-        "model": "tiny-random",
         "method": "smart",
-        "training": {
-            "epochs": 1,
-            "batch_size": 8,
-            "max_seq_length": 32,
-            "max_train_samples": 32,
-            "max_eval_samples": 16,
-        },
-        "search_space": {"axes": {"learning_rate": {"type": "grid", "values": [1e-4, 5e-4]}}},
-        "seeds": [1],
-        "resources": {"cpus": 1, "gpus": 0},
         "limits": {"max_concurrent_trials": 2},
     }
     return spec | changes
