@@ -27,6 +27,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 
+from worker.checkpoints import RestorePoint
 from worker.config import TrainConfig
 from worker.settings import Settings
 from worker.spec import JobSpec
@@ -40,7 +41,7 @@ from worker.tracking import (
     set_tags,
 )
 from worker.trainable import TrialContext, open_run, run_trial, start_tags
-from worker.tuning import cell_axes, trial_configs
+from worker.tuning import KEPT_CHECKPOINTS, cell_axes, trial_configs
 
 
 def _document(args: argparse.Namespace, *, samples: int, seeds: list[int], cpus: float, **extra: Any) -> dict:
@@ -86,18 +87,17 @@ def calibrate(args: argparse.Namespace, cpus: int) -> dict[str, float]:
 
 
 class StorageReporter:
-    """What Tune does with a reported checkpoint: copy the folder into storage, keep the best and the last."""
+    """What Tune does with a reported checkpoint: copy the folder into storage, keep the last two."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder, self.kept = folder, []  # type: list[tuple[float, Path]]
+        self.folder, self.kept = folder, []  # type: list[Path]
 
     def __call__(self, metrics: dict[str, float], state: Path) -> None:
         target = self.folder / f"checkpoint_{len(list(self.folder.glob('checkpoint_*'))):06d}"
         shutil.copytree(state, target)
-        self.kept.append((metrics["score"], target))
-        best = max(self.kept, key=lambda kept: kept[0])[1]
-        for _, path in self.kept[:-1]:
-            if path != best and path.exists():
+        self.kept.append(target)
+        for path in self.kept[:-KEPT_CHECKPOINTS]:
+            if path.exists():
                 shutil.rmtree(path)
 
 
@@ -116,10 +116,12 @@ def in_process(spec: JobSpec, settings: Settings, job_id: str) -> list[float]:
         tick = time.perf_counter()
         trial_id = f"inproc_{i:05d}"
         client, run = open_run(context, trial_id, {"train": trial})
-        set_tags(client, run.info.run_id, start_tags(run, 1, None, {"CPU": spec.resources.cpus}, []))
+        set_tags(
+            client, run.info.run_id, start_tags(run, 1, RestorePoint(None), {"CPU": spec.resources.cpus}, [])
+        )
         storage = Path(settings.experiment_path(job_id)) / trial_id
         storage.mkdir(parents=True, exist_ok=True)
-        run_trial(TrainConfig.from_dict(trial), client, run, None, StorageReporter(storage))
+        run_trial(TrainConfig.from_dict(trial), client, run, RestorePoint(None), StorageReporter(storage))
         finish_trial_run(client, run.info.run_id, "TERMINATED")
         walls.append(time.perf_counter() - tick)
     client.set_terminated(parent, "FINISHED")

@@ -132,6 +132,7 @@ def run_sweep(
     from ray import tune
 
     from worker.callbacks import TrialStateCallback
+    from worker.checkpoints import ensure_restorable
     from worker.outcomes import collect_outcomes, main_metric_of
     from worker.progress import LiveTable
     from worker.summary import build_summary, summary_metrics
@@ -168,6 +169,8 @@ def run_sweep(
     trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
     space = param_space(spec, trials)
     if resuming:
+        for note in ensure_restorable(path):
+            logger.warning("resume: %s; the trial picks its newest usable checkpoint", note)
         tuner = tune.Tuner.restore(
             path, trainable=trainable, resume_unfinished=True, resume_errored=True, param_space=space
         )

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from ray import tune
 from transformers.utils import logging as hf_logging
 
+from worker.checkpoints import RestorePoint, restore_point, write_state
 from worker.config import TrainConfig
 from worker.errors import NON_RETRYABLE, RepeatedFailure, classify
 from worker.finetune import RunCallbacks, run_training, save_checkpoint
@@ -52,7 +52,6 @@ from worker.tracking import (
 from worker.trial_data import data_files
 from worker.tuning import cell_key, cell_of, resolve_trial
 
-STATE_FILE = "trial_state.pt"  # inside each Tune checkpoint folder
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
 
 
@@ -107,15 +106,6 @@ def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> No
     clear_tags(client, run, _ERROR_TAGS)
 
 
-def _restored_state() -> dict[str, Any] | None:
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as folder:
-        # Our own checkpoint in the sweep's storage: it holds RNG states, so not weights-only.
-        return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=False)  # type: ignore[no-any-return]
-
-
 def _log_best(client: MlflowClient, run: Run, session: TrainingSession, record: Mapping[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(session, Path(tmp))  # weights + config + tokenizer, loadable with from_pretrained
@@ -137,11 +127,17 @@ def tune_reporter(metrics: dict[str, float], folder: Path) -> None:
     tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folder)))
 
 
+def _report_state(report: Reporter, metrics: dict[str, float], state: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        write_state(Path(tmp), state)
+        report(metrics, Path(tmp))
+
+
 def run_trial(
     config: TrainConfig,
     client: MlflowClient,
     run: Run,
-    restored: dict[str, Any] | None,
+    restored: RestorePoint,
     report: Reporter = tune_reporter,
 ) -> None:
     """Trains one trial to its last epoch: MLflow metrics and best checkpoint per epoch, and `report`
@@ -151,11 +147,16 @@ def run_trial(
     session = TrainingSession.build(config)
     set_tags(client, run_id, _provenance_tags(session, config, model_digest(session.model)))
     history: list[dict[str, Any]] = []
-    if restored is not None:
-        session.load_state_dict(restored["session"])
-        history = list(restored["history"])
+    if restored.state is not None:
+        session.load_state_dict(restored.state["session"])
+        history = list(restored.state["history"])
     main = session.task.main_metric
     best = max((r["metrics"][main] for r in history), default=float("nan"))
+    if restored.substituted and history:
+        # Tune's view of this trial is older than the state it resumes from: report the last epoch
+        # again, so its results, scheduler and next checkpoint agree with the training (even when the
+        # state is the last epoch's and nothing is left to train).
+        _report_state(report, epoch_metrics(history[-1], main, best), restored.state or {})
 
     def on_epoch_end(session: TrainingSession, record: dict[str, Any], is_best: bool) -> None:
         nonlocal best
@@ -166,9 +167,7 @@ def run_trial(
         log_metrics(client, run_id, metrics, step=record["epoch"])
         if is_best:
             _log_best(client, run, session, record)
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.save({"session": session.state_dict(), "history": history}, Path(tmp) / STATE_FILE)
-            report(metrics, Path(tmp))
+        _report_state(report, metrics, {"session": session.state_dict(), "history": history})
 
     result = run_training(config, None, RunCallbacks(on_epoch_end=on_epoch_end), session, list(history))
     final = {
@@ -200,16 +199,18 @@ def open_run(context: TrialContext, trial_id: str, config: Mapping[str, Any]) ->
 def start_tags(
     run: Run,
     attempt: int,
-    restored: dict[str, Any] | None,
+    restored: RestorePoint,
     resources: Mapping[str, float],
     gpu_ids: list[Any],
 ) -> dict[str, Any]:
-    """Tags of a (re)start: RUNNING, which attempt, how many starts, from which epoch, where it runs."""
+    """Tags of a (re)start: RUNNING, which attempt, how many starts, from which epoch, where it runs,
+    and, when the checkpoint Tune named was unusable, what the trial did instead."""
     return {
         STATE: "RUNNING",
         ATTEMPT: attempt,
         "smartune.starts": int(run.data.tags.get("smartune.starts", "0")) + 1,
-        "smartune.resumed_from_epoch": len(restored["history"]) if restored else 0,
+        "smartune.resumed_from_epoch": restored.epochs_done,
+        "smartune.restore_note": restored.note or None,
         "smartune.pid": os.getpid(),
         "smartune.host": socket.gethostname(),
         "smartune.resources": json.dumps(resources, sort_keys=True),
@@ -222,7 +223,7 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
     client, run = open_run(context, tune_context.get_trial_id(), config)
-    restored = _restored_state()
+    restored = restore_point(tune.get_checkpoint())
     resources = tune_context.get_trial_resources().required_resources
     set_tags(
         client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())

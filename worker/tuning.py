@@ -27,6 +27,11 @@ from worker.tracking import State
 
 METRIC, MODE = "score", "max"  # Tune optimises the main metric of the trial's task, reported as "score"
 TIME_ATTR = "epoch"  # ASHA's clock; survives restores, unlike training_iteration
+# Checkpoints kept per trial, the newest ones. Not ranked by score: the best model lives in MLflow, and a
+# resume needs the latest. Two, because Tune drops a superseded checkpoint before the experiment state
+# naming its successor reaches storage; with two kept, a driver killed in that window still finds the
+# named folder (worker.checkpoints covers the rarer, longer lags).
+KEPT_CHECKPOINTS = 2
 
 
 def _absolute_if_local(value: str | None) -> str | None:
@@ -147,10 +152,7 @@ def run_config(
         name=job_id,  # so attempt N+1 of the job finds attempt N's experiment under the storage path
         storage_path=settings.storage_path,
         failure_config=tune.FailureConfig(max_failures=spec.limits.max_retries),
-        # num_to_keep=1 scored by the metric keeps the best checkpoint, and Tune always keeps the latest.
-        checkpoint_config=tune.CheckpointConfig(
-            num_to_keep=1, checkpoint_score_attribute=METRIC, checkpoint_score_order=MODE
-        ),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=KEPT_CHECKPOINTS),
         callbacks=callbacks,
         verbose=0,  # the live table (worker.progress) reports instead
     )
