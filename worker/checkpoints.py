@@ -10,10 +10,10 @@ Why more than Tune's own restore is needed: Tune deletes a superseded checkpoint
 the next one, but the experiment state that names a trial's latest checkpoint reaches storage later (on
 the controller's next step, through a background sync). A driver SIGKILLed in between leaves an
 experiment state that names a folder that is gone or half-gone, and Tune's restore then fails the trial
-on every retry. So a resumed sweep first makes every referenced folder exist again (`ensure_restorable`,
-in the driver, before `Tuner.restore`), and a trial restores from the checkpoint Tune hands it when that
-one is usable, else from the newest usable checkpoint of the same trial, else from scratch, saying which
-(`restore_point`). It never fails for want of a checkpoint.
+on every retry; and an experiment state written before a trial's first checkpoint names none at all. So a
+resumed sweep first makes every referenced folder exist again (`ensure_restorable`, in the driver, before
+`Tuner.restore`), and a trial restores from the newest usable checkpoint in its own folder, whichever one
+Tune names, else from scratch, saying so (`restore_point`). It never fails for want of a checkpoint.
 """
 
 from __future__ import annotations
@@ -83,23 +83,24 @@ def load_state(checkpoint: tune.Checkpoint) -> dict[str, Any]:
     return state
 
 
-def sibling_checkpoints(checkpoint: tune.Checkpoint) -> list[tune.Checkpoint]:
-    """The other `checkpoint_*` folders of the same trial, newest name first."""
-    trial_dir, own = posixpath.split(checkpoint.path.rstrip("/"))
+def trial_checkpoints(filesystem: pyarrow.fs.FileSystem, trial_dir: str) -> list[tune.Checkpoint]:
+    """Every `checkpoint_*` folder of a trial, newest name first."""
     selector = pyarrow.fs.FileSelector(trial_dir, allow_not_found=True)
     names = sorted(
         (
             info.base_name
-            for info in checkpoint.filesystem.get_file_info(selector)
+            for info in filesystem.get_file_info(selector)
             if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")
         ),
         reverse=True,
     )
-    return [
-        tune.Checkpoint(posixpath.join(trial_dir, name), checkpoint.filesystem)
-        for name in names
-        if name != own
-    ]
+    return [tune.Checkpoint(posixpath.join(trial_dir, name), filesystem) for name in names]
+
+
+def trial_folder(experiment_path: str, trial_dir_name: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    """(filesystem, path) of a trial's folder under the sweep's storage (a local folder or a URI)."""
+    filesystem, path = pyarrow.fs.FileSystem.from_uri(experiment_path)
+    return filesystem, posixpath.join(path, trial_dir_name)
 
 
 @dataclass(frozen=True)
@@ -116,38 +117,57 @@ class RestorePoint:
         return len(self.state["history"]) if self.state is not None else 0
 
 
-def _newest_usable(candidates: list[tune.Checkpoint]) -> tuple[tune.Checkpoint, dict[str, Any]] | None:
-    ranked = []
+def _usable(candidates: list[tune.Checkpoint]) -> list[tuple[int, tune.Checkpoint, str]]:
+    """(epochs done, checkpoint, "") for each candidate whose manifest reads, else (-1, checkpoint, why)."""
+    out = []
     for candidate in candidates:
         try:
-            ranked.append((int(read_manifest(candidate)["epochs_done"]), candidate))
-        except UnusableCheckpoint:
-            continue
-    for _, candidate in sorted(ranked, key=lambda pair: pair[0], reverse=True):  # most epochs first
+            out.append((int(read_manifest(candidate)["epochs_done"]), candidate, ""))
+        except UnusableCheckpoint as err:
+            out.append((-1, candidate, str(err)))
+    return out
+
+
+def restore_point(
+    named: tune.Checkpoint | None, trial: tuple[pyarrow.fs.FileSystem, str] | None = None
+) -> RestorePoint:
+    """The state a (re)started trial continues from: its newest usable checkpoint.
+
+    `named` is the checkpoint Tune hands the trial (None on a first start, or when the experiment state
+    that reached storage predates the trial's first checkpoint); `trial` is the trial's folder, searched
+    for every checkpoint it holds. The newest usable one wins (the named one on a tie): the experiment
+    state may lag behind the checkpoints on storage, and every checkpoint is a complete state.
+    """
+    candidates = {c.path: c for c in ([named] if named is not None else [])}
+    if trial is not None:
+        candidates |= {c.path: c for c in trial_checkpoints(*trial)}
+    elif named is not None:
+        folder = posixpath.dirname(named.path.rstrip("/"))
+        candidates |= {c.path: c for c in trial_checkpoints(named.filesystem, folder)}
+    ranked = sorted(_usable(list(candidates.values())),
+                    key=lambda r: (r[0], named is not None and r[1].path == named.path, r[1].path), reverse=True)  # fmt: skip
+    problems = [f"{posixpath.basename(c.path)} is unusable ({why})" for _, c, why in ranked if why]
+    for epochs, candidate, _ in ranked:
+        if epochs < 0:
+            break
         try:
-            return candidate, load_state(candidate)
-        except UnusableCheckpoint:
+            state = load_state(candidate)
+        except UnusableCheckpoint as err:
+            problems.append(f"{posixpath.basename(candidate.path)} is unusable ({err})")
             continue
-    return None
-
-
-def restore_point(checkpoint: tune.Checkpoint | None) -> RestorePoint:
-    """The state to continue from, given the checkpoint Tune hands the trial (None: a first start)."""
-    if checkpoint is None:
-        return RestorePoint(None)
-    try:
-        return RestorePoint(load_state(checkpoint))
-    except UnusableCheckpoint as err:
-        reason = f"{posixpath.basename(checkpoint.path)} is unusable ({err})"
-    found = _newest_usable(sibling_checkpoints(checkpoint))
-    if found is None:
-        note = f"{reason}; no other usable checkpoint: restarted from scratch"
+        if named is not None and candidate.path == named.path:
+            return RestorePoint(state)
+        source = posixpath.basename(candidate.path)
+        named_text = posixpath.basename(named.path) if named is not None else "none"
+        note = f"resumed from {source} ({len(state['history'])} epochs done); the experiment state named {named_text}"
+        note += "; " + "; ".join(problems) if problems else ""
         logger.warning(note)
-        return RestorePoint(None, substituted=True, note=note)
-    source, state = found
-    note = f"{reason}; resumed from {posixpath.basename(source.path)} ({len(state['history'])} epochs done)"
+        return RestorePoint(state, substituted=True, note=note)
+    if named is None and not problems:
+        return RestorePoint(None)  # a first start
+    note = "; ".join(problems) + "; no usable checkpoint: restarted from scratch"
     logger.warning(note)
-    return RestorePoint(state, substituted=True, note=note)
+    return RestorePoint(None, substituted=named is not None, note=note)
 
 
 def ensure_restorable(experiment_path: str) -> list[str]:

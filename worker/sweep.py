@@ -165,7 +165,7 @@ def run_sweep(
     stale = close_stale_children(client, target, resuming)
     logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
                 f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
-    context = TrialContext(target, parent_id, attempt, axes)
+    context = TrialContext(target, parent_id, attempt, axes, path)
     trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
     space = param_space(spec, trials)
     if resuming:

@@ -26,7 +26,7 @@ from mlflow.entities import Run
 from ray import tune
 from transformers.utils import logging as hf_logging
 
-from worker.checkpoints import RestorePoint, restore_point, write_state
+from worker.checkpoints import RestorePoint, restore_point, trial_folder, write_state
 from worker.config import TrainConfig
 from worker.errors import NON_RETRYABLE, RepeatedFailure, classify
 from worker.finetune import RunCallbacks, run_training, save_checkpoint
@@ -50,7 +50,7 @@ from worker.tracking import (
     set_tags,
 )
 from worker.trial_data import data_files
-from worker.tuning import cell_key, cell_of, resolve_trial
+from worker.tuning import cell_key, cell_of, resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
 
@@ -63,6 +63,7 @@ class TrialContext:
     parent_run_id: str
     attempt: int
     cell_axes: tuple[str, ...]
+    experiment_path: str | None = None  # the sweep's Tune storage folder: where a trial finds its checkpoints
 
 
 def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
@@ -223,7 +224,10 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
     client, run = open_run(context, tune_context.get_trial_id(), config)
-    restored = restore_point(tune.get_checkpoint())
+    folder = None
+    if context.experiment_path is not None:
+        folder = trial_folder(context.experiment_path, trial_dir_name(tune_context.get_trial_id()))
+    restored = restore_point(tune.get_checkpoint(), folder)
     resources = tune_context.get_trial_resources().required_resources
     set_tags(
         client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())

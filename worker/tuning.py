@@ -123,8 +123,12 @@ def scheduler(spec: JobSpec, trials: list[dict[str, Any]]) -> TrialScheduler | N
     )
 
 
+def trial_dir_name(trial_id: str) -> str:
+    return f"trial_{trial_id}"  # short: the default embeds the whole config
+
+
 def trial_name(trial: Trial) -> str:
-    return f"trial_{trial.trial_id}"  # short: the default embeds the whole config
+    return trial_dir_name(trial.trial_id)
 
 
 def tune_config(spec: JobSpec, trials: list[dict[str, Any]]) -> tune.TuneConfig:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs
 import pytest
 from ray import cloudpickle, tune
 
@@ -68,11 +69,22 @@ def test_a_damaged_checkpoint_is_refused_with_its_reason(tmp_path: Path, damage:
         load_state(checkpoint)
 
 
-def test_restore_uses_the_named_checkpoint_when_it_is_usable(tmp_path: Path) -> None:
-    _checkpoint(tmp_path, 2, epochs=3)
+def test_restore_uses_the_named_checkpoint_when_it_is_the_newest(tmp_path: Path) -> None:
+    _checkpoint(tmp_path, 0, epochs=1)
     point = restore_point(_checkpoint(tmp_path, 1, epochs=2))
     assert point.state == _state(2) and not point.substituted and point.note == ""
     assert restore_point(None).state is None and not restore_point(None).substituted
+
+
+def test_restore_takes_a_newer_checkpoint_than_the_lagging_experiment_state(tmp_path: Path) -> None:
+    # Tune names checkpoint 1, but checkpoint 2 reached storage before the driver died.
+    _checkpoint(tmp_path, 2, epochs=3)
+    point = restore_point(_checkpoint(tmp_path, 1, epochs=2))
+    assert point.state == _state(3) and point.substituted and point.epochs_done == 3
+    assert "resumed from checkpoint_000002" in point.note and "named checkpoint_000001" in point.note
+    # The experiment state predates the trial's first checkpoint: Tune names none, the folder has one.
+    fresh = restore_point(None, (pyarrow.fs.LocalFileSystem(), str(tmp_path)))
+    assert fresh.state == _state(3) and fresh.substituted and "named none" in fresh.note
 
 
 def test_restore_falls_back_to_the_newest_usable_checkpoint_of_the_trial(tmp_path: Path) -> None:
@@ -84,7 +96,8 @@ def test_restore_falls_back_to_the_newest_usable_checkpoint_of_the_trial(tmp_pat
     named.mkdir()  # what ensure_restorable leaves for a vanished folder
     point = restore_point(tune.Checkpoint.from_directory(str(named)))
     assert point.state == _state(3) and point.substituted and point.epochs_done == 3
-    assert "checkpoint_000001 is unusable" in point.note and "resumed from checkpoint_000002" in point.note
+    assert "resumed from checkpoint_000002" in point.note
+    assert "checkpoint_000001 is unusable" in point.note and "checkpoint_000003 is unusable" in point.note
 
 
 def test_restore_starts_over_when_no_checkpoint_is_usable(tmp_path: Path) -> None:
@@ -92,6 +105,9 @@ def test_restore_starts_over_when_no_checkpoint_is_usable(tmp_path: Path) -> Non
     (Path(torn.path) / MANIFEST_FILE).unlink()
     point = restore_point(torn)
     assert point.state is None and point.substituted and "restarted from scratch" in point.note
+    # A first start whose only folder is a torn first copy: from scratch, and Tune's view agrees.
+    first = restore_point(None, (pyarrow.fs.LocalFileSystem(), str(tmp_path)))
+    assert first.state is None and not first.substituted and "restarted from scratch" in first.note
 
 
 # The real path: a Tune experiment on the shared Ray cluster, its storage damaged between two attempts.
