@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 
 from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
-from smart_core import METHOD_PRESETS, ModelFns, Objective, method_config
+from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
 from worker.adapter import EmbeddingAdapter
 from worker.models import resolve_model
 
@@ -55,6 +56,27 @@ METHODOLOGY = {
 }
 
 
+def parse_variant(label: str) -> MethodConfig:
+    """A method preset with overrides: `smart`, `smart+rs_dropout=shared`, `smart+diagnostics_every=1`."""
+    name, *settings = label.split("+")
+    if name not in METHOD_PRESETS:
+        raise ValueError(f"unknown method {name!r} in {label!r}; known: {', '.join(METHOD_PRESETS)}")
+    overrides: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or key not in FIELD_TYPES:
+            raise ValueError(
+                f"{label!r}: expected METHOD+field=value with a MethodConfig field, got {setting!r}"
+            )
+        overrides[key] = FIELD_TYPES[key](raw)
+    return method_config(name, **overrides)
+
+
+FIELD_TYPES: dict[str, Callable[[str], Any]] = {
+    f.name: {"float": float, "int": int}.get(str(f.type), str) for f in dataclasses.fields(MethodConfig)
+}
+
+
 def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
     """The benchmark's model (fp32, seeded head) and tokenizer; a classification task of `num_labels`."""
     return resolve_model(name, num_labels=num_labels, is_regression=False, head_dropout=0.1, seed=0)
@@ -65,13 +87,15 @@ class Stepper:
 
     def __init__(self, model: nn.Module, method: str, device: torch.device) -> None:
         self.model = model.to(device).train()
-        self.adapter = EmbeddingAdapter(model, is_regression=False)
+        config = parse_variant(method) if method != PEER else None
+        site = config.perturb_site if config is not None else "embedding-output"
+        self.adapter = EmbeddingAdapter(model, is_regression=False, site=site)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
         self.objective: Objective | None = None
-        if method != PEER:  # as worker/session.py builds it, head diagnostics included
+        if config is not None:  # as worker/session.py builds it, head diagnostics included
             self.objective = Objective(
-                method_config(method),
+                config,
                 regression=False,
                 module=model,
                 planned_updates=PLANNED_UPDATES,
@@ -95,10 +119,10 @@ class Stepper:
 
     def step(self, batch: Batch, labels: Tensor) -> None:
         loss = self.loss(batch, labels)
-        if not bool(torch.isfinite(loss)):
-            raise FloatingPointError(f"non-finite loss {loss.item()}")
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if not bool(torch.isfinite(norm) & torch.isfinite(loss.detach())):  # as worker/loop.py: one wait
+            raise FloatingPointError(f"non-finite loss {loss.item()} or gradient norm {norm.item()}")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.objective is not None:
@@ -165,7 +189,7 @@ def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, de
     batch, labels = {k: v.to(device) for k, v in batch.items()}, labels.to(device)
     model.to(device).train()
     with torch.no_grad():
-        EmbeddingAdapter(model, is_regression=False).forward(batch)
+        EmbeddingAdapter(model, is_regression=False).forward(batch)  # the baseline: weights and a forward
     sync(device)
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
@@ -217,12 +241,33 @@ def _device(requested: str) -> tuple[torch.device, str | None]:
     return torch.device(requested), None
 
 
+def expand_methods(methods: str, modes: str) -> list[str]:
+    """The methods to time: the list as given, plus `METHOD+rs_dropout=MODE` for every method that
+    computes R_s and every mode in `modes` other than the method's own."""
+    out = [m.strip() for m in methods.split(",") if m.strip()]
+    for label in list(out):
+        config = parse_variant(label)
+        for mode in (m.strip() for m in modes.split(",") if m.strip()):
+            if config.uses_smoothness and mode != config.rs_dropout:
+                out.append(f"{label}+rs_dropout={mode}")
+    return out
+
+
+def amortized(step_s: dict[str, float]) -> dict[str, float]:
+    """Per method with a `+diagnostics_every=1` twin: the mean step cost at the method's own diagnostics
+    interval (a median over a few steps would miss the one step in N that measures them)."""
+    out = {}
+    for label, seconds in step_s.items():
+        twin = f"{label}+diagnostics_every=1"
+        every = parse_variant(label).diagnostics_every if label != PEER else 0
+        if twin in step_s and every:
+            out[label] = seconds + (step_s[twin] - seconds) / every
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark as one JSON-able dict (progress on stderr)."""
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHOD_PRESETS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHOD_PRESETS)}")
+    methods = expand_methods(args.methods, getattr(args, "rs_dropout", "") or "")
     if "vanilla" not in methods:
         raise ValueError("--methods must include vanilla: every ratio is relative to it")
     if args.steps < 1 or args.batch_size < 1 or args.seq_len < 4:
@@ -249,6 +294,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "mem_ratio": peak[m] / peak["vanilla"]}
         for m in methods
     }  # fmt: skip
+    for m, seconds in amortized(step_s).items():
+        results[m] |= {"amortized_step_s": seconds, "amortized_time_ratio": seconds / step_s["vanilla"]}
     peer: dict[str, Any] = {"smart_pytorch": {"skipped": peer_error}}
     if peer_error is None:
         entry: dict[str, Any] = {"step_s": step_s[PEER], "time_ratio": step_s[PEER] / step_s["vanilla"]}

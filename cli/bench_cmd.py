@@ -15,7 +15,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     step.add_argument("--model", default="minilm-l6")
     step.add_argument(
-        "--methods", default="vanilla,smart,smart-renorm,smart-rs-only,smart-breg-only,r3f,freelb"
+        "--methods",
+        default="vanilla,smart,smart+diagnostics_every=1,smart-renorm,smart-rs-only,smart-breg-only,r3f,freelb,pgd",
+        help="method presets, each optionally with overrides: smart+rs_dropout=shared+diagnostics_every=1",
+    )
+    step.add_argument(
+        "--rs-dropout",
+        default="",
+        help="also time every R_s method under these dropout modes (independent,shared,off)",
     )
     step.add_argument("--batch-size", type=int, default=16)
     step.add_argument("--seq-len", type=int, default=64)
@@ -28,6 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     step.add_argument("--json", action="store_true", help="print one JSON object")
     step.set_defaults(handler=run_step)
+    numerics = kinds.add_parser(
+        "numerics", help="R_s, ‖δ‖, the δ = 0 control and the ascent signal by projection, dropout, precision"
+    )
+    numerics.add_argument("--model", default="minilm-l6")
+    numerics.add_argument("--pairs", type=int, default=16, help="RTE training pairs in the batch")
+    numerics.add_argument("--seq-len", type=int, default=128)
+    numerics.add_argument("--draws", type=int, default=20, help="noise and dropout draws per cell")
+    numerics.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    numerics.add_argument("--json", action="store_true", help="print one JSON object, not markdown tables")
+    numerics.set_defaults(handler=run_numerics)
     _register_sweep(kinds)
 
 
@@ -74,6 +91,12 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
 
 def run_step(args: argparse.Namespace) -> int:
     from bench.step import main
+
+    return main(args)
+
+
+def run_numerics(args: argparse.Namespace) -> int:
+    from bench.numerics import main
 
     return main(args)
 

@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from smart_core.config import METHOD_PRESETS, MethodConfig  # torch-free: keeps `smartune --help` fast
+from smart_core.config import FIELD_CHOICES, METHOD_PRESETS, MethodConfig  # torch-free: a fast --help
 
 _METHOD_FLAG_HELP = "(overrides the method preset; see smart_core/config.py)"
 
@@ -27,20 +27,7 @@ def _method_flags(parser: argparse.ArgumentParser) -> None:
         elif kind in hints:
             group.add_argument(flag, dest=f"m_{f.name}", type=hints[kind], default=None, metavar=kind.upper())
         else:
-            choices = _literal_choices(f.name)
-            group.add_argument(flag, dest=f"m_{f.name}", choices=choices, default=None)
-
-
-def _literal_choices(name: str) -> list[str]:
-    from smart_core import config as cfg
-
-    literal = {
-        "projection": cfg.Projection,
-        "grad_norm": cfg.GradNorm,
-        "norm_p": cfg.NormP,
-        "bregman": cfg.BregmanKind,
-    }.get(name)
-    return list(get_args(literal)) if literal is not None else ["l2", "inf"]
+            group.add_argument(flag, dest=f"m_{f.name}", choices=FIELD_CHOICES[f.name], default=None)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,10 +7,13 @@ refreshed after them:
 - vanilla (VBPP): θ̃ ← θ (the previous outer iterate). With S = 1 this makes D_Breg ≡ 0, so the config
   rejects it.
 The reference keeps its own copy of the weights (one parameter copy) and never builds autograd graph.
+Its forward leaves autocast's weight-cast cache alone: the cache is keyed on the parameter, and θ̃ is
+swapped into the same parameters, so a cached forward would compute f(x; θ) instead (smart_core.precision).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from smart_core.config import MethodConfig
+from smart_core.dropout import RngState, eval_mode, replaying
+from smart_core.precision import uncached_autocast
 
 
 class ProximalReference:
@@ -49,8 +54,8 @@ class ProximalReference:
     def after_update(self) -> None:
         """Call once after every optimiser step; refreshes θ̃ at the end of each outer iteration."""
         self.updates_done += 1
-        if self.updates_done % self.inner_updates:
-            return  # still inside the outer iteration: the reference stays fixed
+        if self.updates_done % self.inner_updates or not self.shadow:
+            return  # still inside the outer iteration (the reference stays fixed), or nothing to track
         current = [p.detach() for p in self.params]
         if self.kind == "vanilla":
             torch._foreach_copy_(self.shadow, current)
@@ -70,21 +75,20 @@ class ProximalReference:
             for p, s in zip(self.params, self.shadow, strict=True):
                 p.data, s.data = s.data, p.data
 
-    def outputs(self, full_forward: Callable[[], Tensor]) -> Tensor:
-        """f(x; θ̃) for the current batch, without autograd.
+    def outputs(self, full_forward: Callable[[], Tensor], clean_rng: RngState | None = None) -> Tensor:
+        """f(x; θ̃) for the current batch, without autograd, under the caller's autocast (uncached).
 
-        With teacher_dropout=False (the default) the teacher runs in eval mode: the target does not carry
-        dropout noise, and the forward is cheaper. Each submodule's own mode is restored afterwards.
+        teacher_dropout "off" (the default): eval mode, a target without dropout noise, and cheaper.
+        "shared": the masks the clean forward drew (`clean_rng`: the generators just before it, embedding
+        included). "independent": masks of its own. Each submodule's own mode is restored afterwards.
         """
-        modes = [(m, m.training) for m in self.module.modules()]
-        if not self.teacher_dropout:
-            self.module.eval()
-        try:
-            with torch.no_grad(), self.swapped():
-                return full_forward().detach()
-        finally:
-            for module, training in modes:
-                module.training = training
+        device = self.params[0].device if self.params else torch.device("cpu")
+        mode = eval_mode(self.module) if self.teacher_dropout == "off" else contextlib.nullcontext()
+        if self.teacher_dropout == "shared" and clean_rng is None:
+            raise ValueError("teacher_dropout='shared' needs the clean forward's random state (clean_rng)")
+        replay = replaying(clean_rng) if self.teacher_dropout == "shared" else contextlib.nullcontext()
+        with mode, replay, torch.no_grad(), uncached_autocast(device), self.swapped():
+            return full_forward().detach()
 
     def state_dict(self) -> dict[str, Any]:
         return {"shadow": [s.clone() for s in self.shadow], "updates_done": self.updates_done}

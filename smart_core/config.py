@@ -13,16 +13,29 @@ Projection = Literal["ball", "renorm"]  # ball: clamp δ to the ε-ball (paper);
 GradNorm = Literal["example-inf", "token-inf", "example-l2", "none"]
 NormP = Literal["inf", "2"]
 BregmanKind = Literal["momentum", "vanilla", "none"]
+DropoutMode = Literal["independent", "shared", "off"]  # see smart_core.dropout
+NoiseDist = Literal["normal", "uniform"]  # ν ~ N(0, σ²) (SMART) or U(−σ, σ) (R3F's default)
+# Where the perturbation is added: the embedding layer's output (SMART: after positions, LayerNorm and
+# dropout) or the word embeddings before them (FreeLB, R3F and PGD as their papers and code do).
+PerturbSite = Literal["embedding-output", "word-embeddings"]
 
+# The smallest ε (ball) and σ that fp32, the most precise arithmetic a step runs at, resolves: below it
+# the gradient of R_s points nowhere (smart_core.precision; `smartune bench numerics`).
+MIN_PERTURBATION = 1e-5
 
-_CHOICES: dict[str, tuple[str, ...]] = {
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "method": get_args(MethodName),
     "projection": get_args(Projection),
     "grad_norm": get_args(GradNorm),
     "norm_p": get_args(NormP),
     "bregman": get_args(BregmanKind),
     "adv_norm": ("l2", "inf"),
+    "rs_dropout": get_args(DropoutMode),
+    "teacher_dropout": get_args(DropoutMode),
+    "noise": get_args(NoiseDist),
+    "perturb_site": get_args(PerturbSite),
 }
+_TEACHER_DROPOUT_BOOL = {False: "off", True: "independent"}  # the switch's older true/false spelling
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,8 @@ class MethodConfig:
     lambda_s: float = 1.0  # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation)
     mu: float = 1.0  # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
     epsilon: float = 1e-5  # ε: radius of the ℓ_p ball of the `ball` projection (embedding units)
-    sigma: float = 1e-5  # σ: std of the Gaussian init ν ~ N(0, σ²I) of the perturbation
+    sigma: float = 1e-5  # σ: std of the Gaussian init ν ~ N(0, σ²I) (half-width with noise=uniform)
+    noise: NoiseDist = "normal"
     eta: float = 1e-3  # η: ascent step size, applied to the normalised gradient
     ascent_steps: int = 1  # T_x: inner ascent steps (paper: 1)
     projection: Projection = "ball"
@@ -49,9 +63,15 @@ class MethodConfig:
     beta_early: float = 0.99  # β of the EMA teacher for the first `beta_switch` fraction of planned updates
     beta_late: float = 0.999  # β afterwards
     beta_switch: float = 0.1  # fraction of planned updates that use beta_early
-    teacher_dropout: bool = (
-        False  # False: f(x; θ̃) in eval mode, a deterministic target (and ~1/3 cheaper on CPU)
-    )
+    # How the R_s forwards (ascent, perturbed, and their clean reference) treat dropout; see smart_core.dropout.
+    rs_dropout: DropoutMode = "independent"
+    # The teacher f(x; θ̃): "off" = eval mode, a deterministic target (~1/3 cheaper on CPU); "shared" = the
+    # clean forward's masks; "independent" = masks of its own. true/false mean independent/off.
+    teacher_dropout: DropoutMode = "off"
+    perturb_site: PerturbSite = "embedding-output"
+    # Every N-th step also measures R_s at δ = 0 (the dropout-only control) and the ascent's signal (the
+    # cosine of the ascent gradients at ν and −ν); 0 = never. They cost about two forwards when measured.
+    diagnostics_every: int = 10
     adv_steps: int = 2  # K: ascent steps of FreeLB / PGD
     adv_lr: float = 0.1  # α: FreeLB / PGD step size on the normalised gradient
     adv_init_mag: float = 0.6  # FreeLB / PGD initial perturbation magnitude (0 = start clean)
@@ -59,7 +79,9 @@ class MethodConfig:
     adv_norm: Literal["l2", "inf"] = "l2"  # FreeLB / PGD norm for init, normalisation and projection
 
     def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
+        if isinstance(self.teacher_dropout, bool):
+            object.__setattr__(self, "teacher_dropout", _TEACHER_DROPOUT_BOOL[self.teacher_dropout])
+        for name, allowed in FIELD_CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
         for f in fields(self):
@@ -68,7 +90,9 @@ class MethodConfig:
                 if not isinstance(value, bool):
                     raise ValueError(f"{f.name} must be true or false, got {value!r}")
                 continue
-            if f.name not in _CHOICES and (isinstance(value, bool) or not isinstance(value, int | float)):
+            if f.name not in FIELD_CHOICES and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
                 raise ValueError(f"{f.name} must be a number, got {value!r}")
             if f.type == "int":
                 if not float(value).is_integer():
@@ -82,6 +106,10 @@ class MethodConfig:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.ascent_steps < 0:
             raise ValueError(f"ascent_steps (T_x) must be >= 0, got {self.ascent_steps}")
+        if self.diagnostics_every < 0:
+            raise ValueError(f"diagnostics_every must be >= 0, got {self.diagnostics_every}")
+        self._check_resolution()
+        self._check_method_identity()
         if self.inner_updates < 1:
             raise ValueError(f"inner_updates (S) must be >= 1, got {self.inner_updates}")
         if self.method in ("freelb", "pgd") and self.adv_steps < 1:
@@ -92,6 +120,35 @@ class MethodConfig:
                 "outer iterate, which equals the current weights, so D_Breg(θ_t, θ_t) = 0. "
                 "Use S > 1 or bregman='momentum' (MBPP)."
             )
+
+    def _check_resolution(self) -> None:
+        if self.method not in ("smart", "r3f") or self.lambda_s == 0:
+            return
+        sizes = [("sigma", self.sigma)]
+        if self.projection == "ball" and self.ascent_steps > 0:
+            sizes.append(("epsilon", self.epsilon))
+        for name, value in sizes:
+            if 0 < value < MIN_PERTURBATION:
+                raise ValueError(
+                    f"{name} = {value:g} is below what fp32 resolves on a LayerNorm-ed embedding: the "
+                    f"gradient of R_s is rounding noise there (cosine 0.50 with fp64 at 1e-6, 0.99 at 1e-5 on "
+                    f"MiniLM-L6). Use {name} >= {MIN_PERTURBATION:g} (the paper's value), or 0"
+                )
+
+    def _check_method_identity(self) -> None:
+        """Overrides that would silently turn one method into another are refused."""
+        if self.method in ("vanilla", "freelb", "pgd") and (self.lambda_s > 0 or self.mu > 0):
+            raise ValueError(
+                f"method {self.method} has no SMART regulariser: lambda_s and mu must be 0 "
+                "(use method smart for R_s or the Bregman term)"
+            )
+        if self.method == "r3f" and self.ascent_steps != 0:
+            raise ValueError(
+                f"r3f uses random noise without an ascent step: ascent_steps must be 0, got "
+                f"{self.ascent_steps} (that would be SMART; use method smart)"
+            )
+        if self.method == "r3f" and self.mu > 0:
+            raise ValueError("r3f has no Bregman proximal term: mu must be 0 (use method smart)")
 
     @property
     def uses_smoothness(self) -> bool:
@@ -119,20 +176,51 @@ METHOD_PRESETS: dict[str, dict[str, Any]] = {
     "smart-renorm": {"method": "smart", "projection": "renorm", "grad_norm": "none"},
     "smart-rs-only": {"method": "smart", "mu": 0.0, "bregman": "none"},  # the paper's −D_Breg
     "smart-breg-only": {"method": "smart", "lambda_s": 0.0},  # the paper's −R_s (momentum teacher only)
-    # R3F (Aghajanyan et al. 2021): random N(0, σ²) noise, no ascent, symmetric KL.
-    "r3f": {"method": "r3f", "mu": 0.0, "bregman": "none", "ascent_steps": 0},
-    "freelb": {"method": "freelb", "lambda_s": 0.0, "mu": 0.0, "bregman": "none"},
+    # R3F (Aghajanyan et al. 2021; fairseq examples/rxf defaults): noise U(−1e-5, 1e-5) on the token
+    # embeddings, no ascent, λ 1, symmetric KL.
+    "r3f": {
+        "method": "r3f",
+        "mu": 0.0,
+        "bregman": "none",
+        "ascent_steps": 0,
+        "noise": "uniform",
+        "perturb_site": "word-embeddings",
+    },  # fmt: skip
+    # FreeLB (Zhu et al. 2020), zhuchen03/FreeLB launch/run_glue.sh, RTE: α 0.1, K 3, no init, no
+    # projection, on the word embeddings, dropout masks shared across the K steps.
+    "freelb": {
+        "method": "freelb",
+        "lambda_s": 0.0,
+        "mu": 0.0,
+        "bregman": "none",
+        "adv_steps": 3,
+        "adv_lr": 0.1,
+        "adv_init_mag": 0.0,
+        "adv_max_norm": 0.0,
+        "perturb_site": "word-embeddings",
+    },  # fmt: skip
+    # PGD (Madry et al. 2018) as FreeLB's VanillaPGD MRPC script runs it: α 0.04, K 3, ℓ2 init 0.64,
+    # ‖δ‖ ≤ 0.4, on the word embeddings, trained on the adversarial loss alone.
     "pgd": {
         "method": "pgd",
         "lambda_s": 0.0,
         "mu": 0.0,
         "bregman": "none",
-        "adv_steps": 2,
+        "adv_steps": 3,
         "adv_lr": 0.04,
         "adv_init_mag": 0.64,
         "adv_max_norm": 0.4,
-    },
+        "perturb_site": "word-embeddings",
+    },  # fmt: skip
 }
+
+
+# Preset fields that are defaults, not the preset's identity: a grid may sweep them (FreeLB's α and K,
+# R3F's noise, the perturbation site). Every other preset field is pinned: a grid over `lambda_s` leaves
+# `vanilla` and `smart-breg-only` alone.
+TUNABLE_PRESET_FIELDS = frozenset(
+    {"noise", "perturb_site", "adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm"}
+)
 
 
 def method_config(name: str, **overrides: Any) -> MethodConfig:

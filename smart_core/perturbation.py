@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from smart_core.config import GradNorm, NormP, Projection
+from smart_core.config import GradNorm, NoiseDist, NormP, Projection
 
 _TINY = 1e-30  # keeps an all-zero gradient at zero instead of 0/0
 
@@ -24,6 +24,16 @@ def gaussian_init(
     """ν ~ N(0, σ²I) of the shape of `like`, fp32, zero on padding. One draw of B·T·H normals."""
     noise = torch.randn(like.shape, generator=generator, device=like.device, dtype=torch.float32)
     return noise * sigma * _mask3(mask, noise)
+
+
+def initial_noise(
+    like: Tensor, mask: Tensor, sigma: float, dist: NoiseDist, generator: torch.Generator | None = None
+) -> Tensor:
+    """ν of the shape of `like`, fp32, zero on padding: N(0, σ²) (SMART) or U(−σ, σ) (R3F's default)."""
+    if dist == "normal":
+        return gaussian_init(like, mask, sigma, generator)
+    u = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32) * 2 - 1
+    return u * sigma * _mask3(mask, u)
 
 
 def uniform_init(

@@ -9,8 +9,14 @@ that REPLACES that module's output with the given tensor, so the tensor enters t
 is architecture-generic (BERT, RoBERTa, DeBERTa, ELECTRA all expose ``base_model.embeddings``) and the
 model's own mask handling, pooling and head run unchanged.
 
-Cost note: the embedding module still computes its (discarded) output inside the hooked call; that is a
-gather + LayerNorm, negligible next to the encoder.
+The baselines perturb elsewhere, as their papers and code do: FreeLB, R3F and PGD add δ to the *word*
+embeddings, before position/type embeddings, LayerNorm and dropout (`perturb_site: word-embeddings`). The
+same hook then sits on the word-embedding module (``model.get_input_embeddings()``), so the rest of the
+embedding layer runs on the perturbed tensor. On MiniLM the embedding-layer output has ~8x the RMS of the
+word embeddings (0.48 vs 0.062), so a step size borrowed from those papers is only meaningful at their site.
+
+Cost note: the replaced module still computes its (discarded) output inside the hooked call; that is a
+gather (+ LayerNorm), negligible next to the encoder.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 
 from torch import Tensor, nn
 from transformers import PreTrainedModel
+
+from smart_core.config import PerturbSite
 
 # Batch keys the adapter forwards to the model (labels are deliberately not passed: losses are computed by
 # the SMART core, not by the model).
@@ -36,9 +44,12 @@ class EmbeddingAdapter:
     for classification and (B,) for regression.
     """
 
-    def __init__(self, model: PreTrainedModel, is_regression: bool) -> None:
+    def __init__(
+        self, model: PreTrainedModel, is_regression: bool, site: PerturbSite = "embedding-output"
+    ) -> None:
         self.model = model
         self.is_regression = is_regression
+        self.site = site
         embeddings = getattr(model.base_model, "embeddings", None)
         if not isinstance(embeddings, nn.Module):
             raise TypeError(
@@ -46,6 +57,11 @@ class EmbeddingAdapter:
                 "embedding layer as a submodule to perturb its output"
             )
         self.embeddings: nn.Module = embeddings
+        words = model.get_input_embeddings()
+        if site == "word-embeddings" and not isinstance(words, nn.Module):
+            raise TypeError(f"{type(model).__name__} has no input embeddings to perturb")
+        # The module whose output the perturbed tensor replaces.
+        self._replaced: nn.Module = words if site == "word-embeddings" else embeddings
         num_labels = model.config.num_labels
         if is_regression and num_labels != 1:
             raise ValueError(f"regression needs a model with num_labels=1, got {num_labels}")
@@ -62,34 +78,43 @@ class EmbeddingAdapter:
     # -- the split ---------------------------------------------------------------------------------------
 
     def embed(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """Embedding-layer output (B, T, H), with grad into the embedding parameters.
+        """The tensor to perturb (B, T, H), with grad into the embedding parameters: the word embeddings,
+        or the embedding-layer output.
 
-        Called with the same keyword arguments the base model passes (position ids left to the module, so
-        RoBERTa's padding-aware positions match), and in the module's current train/eval mode, so
-        embedding dropout is applied here once, as in a plain forward.
+        The latter is called with the same keyword arguments the base model passes (position ids left to
+        the module, so RoBERTa's padding-aware positions match), and in the module's current train/eval
+        mode, so embedding dropout is applied here once, as in a plain forward.
         """
+        if self.site == "word-embeddings":
+            return self._checked(self._replaced(batch["input_ids"]))
         kwargs: dict[str, Any] = {"input_ids": batch["input_ids"]}
         if "token_type_ids" in batch and "token_type_ids" in self._embed_params:
             kwargs["token_type_ids"] = batch["token_type_ids"]
         if "mask" in self._embed_params and "attention_mask" in batch:
             # DeBERTa's embeddings zero padded positions with the attention mask, as its model does.
             kwargs["mask"] = batch["attention_mask"]
-        out = self.embeddings(**kwargs)
+        return self._checked(self.embeddings(**kwargs))
+
+    @staticmethod
+    def _checked(out: Any) -> Tensor:
         if not isinstance(out, Tensor) or out.dim() != 3:
             raise TypeError(f"embedding module returned {type(out).__name__}, expected a (B, T, H) tensor")
         return out
 
     def forward_from_embeddings(self, batch: Mapping[str, Tensor], embeddings: Tensor) -> Tensor:
-        """Logits when the embedding layer's output is replaced by ``embeddings`` (B, T, H).
+        """Logits when the perturbed module's output is replaced by ``embeddings`` (B, T, H).
 
-        The tensor enters the encoder exactly as given (no second position/type embedding, LayerNorm or
-        dropout). Gradients flow from the logits into ``embeddings`` and the encoder/head parameters. The
+        At the embedding-output site the tensor enters the encoder exactly as given (no second
+        position/type embedding, LayerNorm or dropout); at the word-embedding site the rest of the
+        embedding layer runs on it. Gradients flow from the logits into ``embeddings`` and the encoder/head parameters. The
         attention mask is passed to the model, so padded positions are masked as usual.
         """
         with self._replace_embedding_output(embeddings) as calls:
             logits = self._logits(self.model(**self._model_kwargs(batch)))
         if calls[0] != 1:
-            raise RuntimeError(f"embedding module ran {calls[0]} times in one forward; expected exactly once")
+            raise RuntimeError(
+                f"the perturbed module ran {calls[0]} times in one forward; expected exactly once"
+            )
         return logits
 
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
@@ -135,7 +160,7 @@ class EmbeddingAdapter:
                 )
             return replacement
 
-        handle = self.embeddings.register_forward_hook(hook, with_kwargs=True)
+        handle = self._replaced.register_forward_hook(hook, with_kwargs=True)
         try:
             yield calls
         finally:

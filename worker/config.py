@@ -28,6 +28,9 @@ class TrainConfig:
     weight_decay: float = 0.0  # explicit: the paper used Adam, i.e. no decoupled decay
     warmup_fraction: float = 0.1  # linear warm-up over this fraction of all updates, then linear decay
     max_grad_norm: float = 1.0
+    # A step whose gradient norm or loss is not finite is skipped (no NaN reaches the weights); this many
+    # skips in a row (or a whole epoch's steps, if fewer) stop the trial with error class `numerics`.
+    max_skipped_steps: int = 10
     max_seq_length: int = 512  # the paper's; examples use 128 to fit a CPU
     max_train_samples: int | None = None  # the first N training examples (smoke runs)
     max_eval_samples: int | None = None  # the first N examples of each eval split
@@ -50,6 +53,7 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0,
             "warmup_fraction": 0 <= self.warmup_fraction < 1,
             "max_grad_norm": self.max_grad_norm > 0,
+            "max_skipped_steps": self.max_skipped_steps >= 1,
             "max_seq_length": self.max_seq_length >= 8,
             "train_fraction": 0 < self.train_fraction <= 1,
             "max_train_samples": self.max_train_samples is None or self.max_train_samples >= 1,

@@ -1,7 +1,8 @@
-"""Why a trial failed, as one of five classes: `nan`, `oom`, `data`, `infra`, `other`.
+"""Why a trial failed, as one of five classes: `numerics`, `oom`, `data`, `infra`, `other`.
 
-The class goes on the trial's MLflow run (`smartune.error_class`) and decides retries: `nan` and `data`
-failures repeat deterministically, so a retry inside the same job attempt fails at once instead of
+`numerics`: the training diverged (too many steps in a row with a non-finite loss or gradient; each of
+them was skipped, so no NaN reached the weights). The class goes on the trial's MLflow run
+(`smartune.error_class`) and decides retries: `numerics` and `data` failures repeat deterministically, so a retry inside the same job attempt fails at once instead of
 training again (a later job attempt tries for real: the data may have been fixed). Matching is by
 exception type names along the cause chain, so this module imports neither torch nor ray.
 """
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-ErrorClass = Literal["nan", "oom", "data", "infra", "other"]
-ERROR_CLASSES: tuple[ErrorClass, ...] = ("nan", "oom", "data", "infra", "other")
-NON_RETRYABLE: frozenset[str] = frozenset({"nan", "data"})
+ErrorClass = Literal["numerics", "oom", "data", "infra", "other"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = ("numerics", "oom", "data", "infra", "other")
+NON_RETRYABLE: frozenset[str] = frozenset({"numerics", "data"})
 
-_NAN_TYPES = {"NonFiniteLossError", "FloatingPointError"}
+_NUMERICS_TYPES = {"NumericsError", "FloatingPointError"}
 _OOM_TYPES = {"OutOfMemoryError", "MemoryError"}  # torch.OutOfMemoryError, ray.exceptions.OutOfMemoryError
 _DATA_TYPES = {"DataError", "UnicodeDecodeError"}
 _INFRA_TYPES = {
@@ -73,8 +74,8 @@ def classify(error: BaseException | None, text: str = "") -> ErrorClass:
         names |= _type_names(item)
         messages.append(str(item).lower())
     joined = " ".join(messages)
-    if names & _NAN_TYPES or "nonfinitelosserror" in joined:
-        return "nan"
+    if names & _NUMERICS_TYPES or "numericserror" in joined:
+        return "numerics"
     if names & _OOM_TYPES or any(t in joined for t in _OOM_TEXT):
         return "oom"
     if names & _DATA_TYPES or "dataerror" in joined:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
-from smart_core.config import METHOD_PRESETS, MethodConfig
+from smart_core.config import METHOD_PRESETS, TUNABLE_PRESET_FIELDS, MethodConfig
 from worker.config import TrainConfig
 
 TRAIN_FIELDS = frozenset(f.name for f in fields(TrainConfig)) - {"method_overrides"}
@@ -24,15 +24,20 @@ SWEEPABLE = (TRAIN_FIELDS | METHOD_FIELDS) - {"data", "columns", "model", "devic
 _PERTURBATION = (
     "epsilon",
     "sigma",
+    "noise",
     "eta",
     "ascent_steps",
     "projection",
     "grad_norm",
     "norm_p",
     "renorm_stabilizer",
+    "rs_dropout",
 )
+_ASCENT = ("epsilon", "eta", "projection", "grad_norm", "norm_p", "renorm_stabilizer")  # unused with T_x = 0
 _BREGMAN = ("bregman", "inner_updates", "beta_early", "beta_late", "beta_switch", "teacher_dropout")
 _ADVERSARIAL = ("adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm")
+# Settings that change what is logged, never what is trained.
+_OBSERVATION = ("diagnostics_every",)
 
 
 def trial_config(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,7 +48,9 @@ def trial_config(values: Mapping[str, Any]) -> dict[str, Any]:
     method = values.get("method", "smart")
     if method not in METHOD_PRESETS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(sorted(METHOD_PRESETS))}")
-    pinned = set(METHOD_PRESETS[method]) - {"method"}  # e.g. vanilla pins lambda_s = mu = 0
+    pinned = (
+        set(METHOD_PRESETS[method]) - {"method"} - TUNABLE_PRESET_FIELDS
+    )  # vanilla pins lambda_s = mu = 0
     overrides = {k: v for k, v in values.items() if k in METHOD_FIELDS and k not in pinned}
     config = {k: v for k, v in values.items() if k in TRAIN_FIELDS}
     config["method_overrides"] = dict(sorted(overrides.items()))
@@ -55,14 +62,24 @@ def trial_config(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def canonical_method(config: MethodConfig) -> dict[str, Any]:
-    """The method's settings with the ones that cannot affect training blanked out."""
+    """The method's settings with the ones that cannot affect training blanked out: R3F's ε, η and
+    projection (no ascent), `renorm`'s ε, `ball`'s stabiliser, the site where nothing is perturbed, ..."""
     out = config.to_dict()
+    out.update(dict.fromkeys(_OBSERVATION))
     if not config.uses_smoothness:
         out.update(dict.fromkeys(_PERTURBATION), lambda_s=0.0)
+    elif config.ascent_steps == 0:
+        out.update(dict.fromkeys(_ASCENT))  # δ is the noise itself: nothing is stepped or projected
+    elif config.projection == "renorm":
+        out["epsilon"] = None  # renorm's radius is ~1 per token, whatever ε says
+    else:
+        out["renorm_stabilizer"] = None  # only renorm divides by it
     if not config.uses_bregman:
         out.update(dict.fromkeys(_BREGMAN), mu=0.0)
     if config.method not in ("freelb", "pgd"):
         out.update(dict.fromkeys(_ADVERSARIAL))
+        if not config.uses_smoothness:
+            out["perturb_site"] = None  # nothing is perturbed
     if config.method in ("smart", "r3f", "vanilla") and not (config.uses_smoothness or config.uses_bregman):
         out["method"] = "vanilla"
     return out

@@ -21,8 +21,9 @@ from worker.session import TrainingSession
 StepCallback = Callable[[int, int, Mapping[str, float]], None]  # (global step, total steps, last components)
 
 
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or inf (a diverging run); the trial fails with class `nan`."""
+class NumericsError(FloatingPointError):
+    """Too many optimiser steps in a row had a non-finite loss or gradient (a diverging run); the trial
+    fails with error class `numerics`."""
 
 
 def _autocast(session: TrainingSession) -> contextlib.AbstractContextManager[None]:
@@ -45,21 +46,37 @@ def model_fns(session: TrainingSession, batch: Mapping[str, Tensor]) -> ModelFns
 
 
 def train_step(session: TrainingSession, indices: list[int]) -> dict[str, Tensor]:
-    """One optimiser update on the batch `indices`; returns the step's detached components."""
+    """One optimiser update on the batch `indices`; returns the step's detached components.
+
+    A step whose loss or total gradient norm is not finite changes no weight: the optimiser step is
+    skipped and counted (`skipped_step`), and `max_skipped_steps` of them in a row raise NumericsError.
+    The finiteness check is the step's one wait for the device.
+    """
     batch = _to_device(collate(session.train, indices, session.pad_id, session.config.pad_to), session.device)
     labels = batch.pop("labels")
     with _autocast(session):
         loss, parts = session.objective(model_fns(session, batch), labels)
-    if not bool(torch.isfinite(loss)):
-        raise NonFiniteLossError(
-            f"non-finite training loss {loss.item()} at step {session.position.global_step}"
-        )
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.config.max_grad_norm)
-    session.optimizer.step()
-    session.scheduler.step()
+    norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.config.max_grad_norm)
+    finite = bool(torch.isfinite(norm) & torch.isfinite(loss.detach()))
+    if finite:
+        session.optimizer.step()
+        session.consecutive_skips = 0
+    else:
+        session.skipped_steps += 1
+        session.consecutive_skips += 1
+        if session.consecutive_skips >= min(session.config.max_skipped_steps, session.steps_per_epoch):
+            raise NumericsError(
+                f"{session.consecutive_skips} steps in a row had a non-finite loss or gradient (last: loss "
+                f"{loss.item()}, gradient norm {norm.item()}) at step {session.position.global_step}; no "
+                "weight was changed by them. Lower the learning rate or check the data"
+            )
+    session.scheduler.step()  # the schedule follows the step count, taken or skipped
     session.optimizer.zero_grad(set_to_none=True)
     session.objective.after_update()
+    parts["skipped_step"] = torch.tensor(0.0 if finite else 1.0)
+    if not finite:  # a skipped step's loss is not a training loss: keep the epoch mean finite
+        parts = {k: v for k, v in parts.items() if k == "skipped_step" or bool(torch.isfinite(v).all())}
     return parts
 
 
@@ -72,9 +89,11 @@ def iterate_epoch(session: TrainingSession) -> Iterator[dict[str, Tensor]]:
     batches = session.epoch_batches(session.position.epoch)
     for indices in batches[session.position.step_in_epoch :]:
         parts = train_step(session, indices)
-        sums = session.epoch_sums  # part of the session's state, so a resumed epoch keeps its history
+        sums, counts = session.epoch_sums, session.epoch_counts  # in the session's state: resumable
         for key, value in parts.items():
-            sums[key] = sums[key] + value.float() if key in sums else value.float()
+            value = value.detach().float().to(session.device)
+            sums[key] = sums[key] + value if key in sums else value
+            counts[key] = counts.get(key, 0) + 1
         session.position.step_in_epoch += 1
         session.position.global_step += 1
         yield parts
@@ -83,17 +102,20 @@ def iterate_epoch(session: TrainingSession) -> Iterator[dict[str, Tensor]]:
 
 
 def train_epoch(session: TrainingSession, on_step: StepCallback | None = None) -> dict[str, float]:
-    """The rest of the current epoch; returns the mean of each component over all of its steps.
+    """The rest of the current epoch; returns the mean of each component over the steps that reported
+    it (every step, but for the periodic diagnostics and a skipped step's loss terms).
 
     The running sums live in the session (and so in its checkpoints): a resumed epoch reports the same
     means as an uninterrupted one.
     """
-    sums = session.epoch_sums
+    sums, counts = session.epoch_sums, session.epoch_counts
     for parts in iterate_epoch(session):
         if on_step is not None:
-            on_step(session.position.global_step, session.total_steps, {"loss": float(parts["loss"])})
-    means = {key: float(value) / session.steps_per_epoch for key, value in sums.items()}
+            loss = float(parts["loss"]) if "loss" in parts else float("nan")  # absent: a skipped step
+            on_step(session.position.global_step, session.total_steps, {"loss": loss})
+    means = {key: float(value) / max(1, counts.get(key, 1)) for key, value in sums.items()}
     sums.clear()
+    counts.clear()
     return means
 
 

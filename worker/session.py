@@ -90,7 +90,8 @@ class TrainingSession:
     ) -> None:
         self.config, self.task, self.train, self.evals = config, task, train, evals
         self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.adapter = EmbeddingAdapter(model, task.is_regression)
+        method = config.method_config()
+        self.adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.steps_per_epoch = -(-len(train) // config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
@@ -98,14 +99,19 @@ class TrainingSession:
         self.optimizer = make_optimizer(config, params)
         self.scheduler = linear_schedule(self.optimizer, self.total_steps, config.warmup_fraction)
         self.objective = Objective(
-            config.method_config(),
+            method,
             regression=task.is_regression,
             module=model,
             planned_updates=self.total_steps,
             diagnostic_params=self.adapter.head_parameters(),
         )
         self.position = Position()
-        self.epoch_sums: dict[str, torch.Tensor] = {}  # running sums of the current epoch's components
+        # Running sums of the current epoch's components and how many steps reported each: the
+        # diagnostics (r_s_control, ascent_signal) come every `diagnostics_every` steps only.
+        self.epoch_sums: dict[str, torch.Tensor] = {}
+        self.epoch_counts: dict[str, int] = {}
+        self.skipped_steps = 0  # optimiser steps skipped for a non-finite gradient or loss, in all
+        self.consecutive_skips = 0  # ... in a row, up to now: the trial stops at config.max_skipped_steps
         self.bf16 = config.bf16 if config.bf16 is not None else device.type == "cuda"
 
     @classmethod
@@ -160,6 +166,9 @@ class TrainingSession:
             "position": vars(self.position).copy(),
             "nonfinite_skips": self.objective.nonfinite_skips,
             "epoch_sums": {k: v.detach().cpu().clone() for k, v in self.epoch_sums.items()},
+            "epoch_counts": dict(self.epoch_counts),
+            "skipped_steps": self.skipped_steps,
+            "consecutive_skips": self.consecutive_skips,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -177,6 +186,11 @@ class TrainingSession:
         self.position = Position(**state["position"])
         self.objective.nonfinite_skips = int(state["nonfinite_skips"])
         self.epoch_sums = {k: v.to(self.device) for k, v in state["epoch_sums"].items()}
+        done = self.position.step_in_epoch  # a state without counts: every component came every step
+        self.epoch_counts = dict(state.get("epoch_counts", dict.fromkeys(self.epoch_sums, done)))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.consecutive_skips = int(state.get("consecutive_skips", 0))
+        self.objective.steps = self.position.global_step  # one objective step per optimiser step
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():

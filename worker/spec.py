@@ -11,9 +11,9 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from smart_core.config import METHOD_PRESETS, MethodConfig
+from smart_core.config import METHOD_PRESETS, method_config
 from worker.grid import METHOD_FIELDS, SWEEPABLE, expand_grid
 from worker.presets import SEARCH_PRESETS, get_preset
 from worker.tasks import TASKS
@@ -167,13 +167,15 @@ class JobSpec(_Strict):
 
     @field_validator("method_params")
     @classmethod
-    def _known_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _known_params(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         unknown = sorted(set(value) - METHOD_FIELDS)
         if unknown:
             raise ValueError(
                 f"unknown method parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(METHOD_FIELDS))}"
             )
-        MethodConfig(**value)  # each message names the parameter
+        method = info.data.get("method")
+        if method in METHOD_PRESETS:
+            method_config(method, **value)  # each message names the parameter; contradictions refused
         return value
 
     @model_validator(mode="after")

@@ -18,7 +18,7 @@ import torch
 
 from bench import clean_median, timed
 from bench.padding import fixed_batch, glue_root, padding_benchmark
-from bench.step import main
+from bench.step import amortized, expand_methods, main, parse_variant
 from worker.models import TINY_RANDOM_ALIAS, resolve_model
 
 
@@ -110,10 +110,20 @@ def test_missing_data_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_unknown_method_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown methods"):
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
         main(_args(methods="vanilla,nope"))
+    with pytest.raises(ValueError, match="METHOD\\+field=value"):
+        main(_args(methods="vanilla,smart+nope=1"))
     with pytest.raises(ValueError, match="must include vanilla"):
         main(_args(methods="smart"))
+
+
+def test_method_variants_and_dropout_modes_expand_and_amortize() -> None:
+    assert parse_variant("smart+rs_dropout=shared+diagnostics_every=1").rs_dropout == "shared"
+    assert expand_methods("vanilla,smart,freelb", "independent,shared,off") == [
+        "vanilla", "smart", "freelb", "smart+rs_dropout=shared", "smart+rs_dropout=off"]  # fmt: skip
+    # A diagnosed step every 10: the mean step is the plain one plus a tenth of the difference.
+    assert amortized({"smart": 1.0, "smart+diagnostics_every=1": 2.0, "vanilla": 0.4}) == {"smart": 1.1}
 
 
 def test_contended_samples_are_left_out_of_the_median() -> None:

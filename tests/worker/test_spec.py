@@ -49,6 +49,8 @@ def test_canonical_json_and_hash_ignore_spelling_but_not_content() -> None:
         ({"task": "rte", "trainig": {}}, "trainig"),
         ({"task": "rte", "method": "smrt"}, "method"),
         ({"task": "rte", "method_params": {"lamda_s": 1}}, "method_params"),
+        ({"task": "rte", "method": "r3f", "method_params": {"ascent_steps": 1}}, "method_params"),
+        ({"task": "rte", "method": "freelb", "method_params": {"mu": 1}}, "method_params"),
         ({"task": "rte", "training": {"learning_rate": -1}}, "training.learning_rate"),
         ({"task": "rte", "search_space": {"preset": "nope"}}, "search_space.preset"),
         ({"task": "rte", "search_space": {"axes": {"nope": {"values": [1]}}}}, "search_space.axes"),
@@ -114,6 +116,25 @@ def test_equivalent_cells_run_once() -> None:
         search_space={"axes": {"method": {"values": ["vanilla"]}, "lambda_s": {"values": [1, 3, 5]}}}
     )
     assert len(vanilla.trials()) == 1
+
+
+def _cells(method: str, **axes: list[Any]) -> int:
+    space = {"method": {"values": [method]}} | {name: {"values": values} for name, values in axes.items()}
+    return len(_spec(search_space={"axes": space}).trials())
+
+
+def test_cells_that_differ_only_in_what_a_method_ignores_run_once() -> None:
+    # R3F takes no ascent step: ε, η and the projection change nothing (σ and the noise do).
+    assert _cells("r3f", epsilon=[1e-5, 1e-3], eta=[1e-3, 1e-2], projection=["ball", "renorm"]) == 1
+    assert _cells("r3f", sigma=[1e-5, 1e-4], noise=["normal", "uniform"]) == 4
+    # renorm's radius is ~1 per token whatever ε says; ball never divides by the stabiliser.
+    assert _cells("smart-renorm", epsilon=[1e-5, 1e-3, 1e-2]) == 1
+    assert _cells("smart", renorm_stabilizer=[1e-6, 1e-3]) == 1
+    assert _cells("smart-renorm", renorm_stabilizer=[1e-6, 1e-3]) == 2
+    # Diagnostics change what is logged, not what is trained; the teacher-only method perturbs nothing.
+    assert _cells("smart", diagnostics_every=[1, 10]) == 1
+    assert _cells("smart-breg-only", perturb_site=["embedding-output", "word-embeddings"]) == 1
+    assert _cells("smart", rs_dropout=["independent", "shared", "off"]) == 3
 
 
 def test_seeds_and_tasks_are_axes() -> None:

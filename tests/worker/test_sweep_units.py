@@ -12,7 +12,7 @@ from ray import tune
 
 from worker.data import DataError
 from worker.errors import RepeatedFailure, classify
-from worker.loop import NonFiniteLossError
+from worker.loop import NumericsError
 from worker.progress import LiveTable
 from worker.settings import Settings, default_data_source
 from worker.spec import JobSpec
@@ -64,7 +64,7 @@ def test_summary_without_results_has_no_best() -> None:
 
 
 def test_error_classes() -> None:
-    assert classify(NonFiniteLossError("loss nan")) == "nan"
+    assert classify(NumericsError("loss nan")) == "numerics"
     assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
     assert classify(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")) == "oom"
     assert classify(DataError("bad label", file="x.tsv", row=3)) == "data"
@@ -72,10 +72,10 @@ def test_error_classes() -> None:
 
     assert classify(ActorDiedError()) == "infra"
     assert classify(ValueError("something else")) == "other"
-    assert classify(None, "Traceback ... worker.loop.NonFiniteLossError: non-finite") == "nan"
+    assert classify(None, "Traceback ... worker.loop.NumericsError: non-finite") == "numerics"
     wrapped = RuntimeError("trial failed")
-    wrapped.__cause__ = NonFiniteLossError("nan")
-    assert classify(wrapped) == "nan"
+    wrapped.__cause__ = NumericsError("nan")
+    assert classify(wrapped) == "numerics"
     repeated = pickle.loads(pickle.dumps(RepeatedFailure("data", "DataError: no file")))
     assert classify(repeated) == "data" and "no file" in str(repeated)
 

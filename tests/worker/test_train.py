@@ -83,6 +83,10 @@ def test_regression_task_trains(glue_dir: Path, tmp_path: Path) -> None:
         (["--task", "nope"], "nope"),
         (["--task", "rte", "--epochs", "0"], "epochs"),
         (["--task", "rte", "--bregman", "vanilla"], "no-op"),
+        # An override that would turn R3F into SMART, or vanilla into a regularised method, is refused.
+        (["--task", "rte", "--method", "r3f", "--ascent-steps", "1"], "ascent_steps must be 0"),
+        (["--task", "rte", "--method", "vanilla", "--lambda-s", "1"], "no SMART regulariser"),
+        (["--task", "rte", "--epsilon", "1e-6"], "below what fp32 resolves"),
     ],
 )
 def test_bad_input_is_one_clear_line(
