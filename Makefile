@@ -26,6 +26,7 @@ run: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy smart_core worker/contract service
 
 format: install
 	$(BIN)/ruff check --fix .

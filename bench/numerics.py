@@ -36,7 +36,7 @@ from bench.step import load_model
 from smart_core import ModelFns, Objective, method_config
 from smart_core import precision as precision_module
 from smart_core.divergences import divergence
-from worker.adapter import EmbeddingAdapter
+from worker.training.adapter import EmbeddingAdapter
 
 PROJECTIONS = {"ball": "smart", "renorm": "smart-renorm"}  # method presets, λ_s 1, no teacher (μ = 0)
 MODES = ("independent", "shared", "off")
@@ -118,7 +118,7 @@ def _param_grad(
             for g, p in zip(grads, params, strict=True)
         ]
     )
-    return flat, float(r_s)
+    return flat, float(r_s.detach())
 
 
 def _ascent_grad(forward: Callable[[Tensor], Tensor], x: Tensor, nu: Tensor) -> Tensor:

@@ -2,9 +2,9 @@
 
 1. Overhead: N trainings of the same size (seeds 1..N, `minilm-l6` on an RTE subset sized so that one
    training lasts at least `--min-seconds`), run (a) back to back in this process through the very code a
-   trial runs (`worker.trainable.run_trial`: MLflow child run, per-epoch metrics, best-checkpoint artifact,
+   trial runs (`worker.tune.trainable.run_trial`: MLflow child run, per-epoch metrics, best-checkpoint artifact,
    the full session state saved each epoch and copied into a storage folder keeping best and last, as Tune
-   does) and (b) as a sweep (`worker.sweep.run_sweep`, one trial at a time, each with all the CPUs).
+   does) and (b) as a sweep (`worker.tune.sweep.run_sweep`, one trial at a time, each with all the CPUs).
    Reported: the wall-time ratio sweep / in-process (target <= 1.10), with and without Ray's start-up.
 2. Early stopping: the same small grid (learning rates x seeds) as a full sweep and with ASHA; reported:
    the fraction of training compute saved (train seconds and epochs, from the MLflow runs) and the gap
@@ -27,12 +27,13 @@ from typing import Any
 
 from mlflow import MlflowClient
 
-from worker.checkpoints import RestorePoint
-from worker.config import TrainConfig
-from worker.settings import Settings
-from worker.spec import JobSpec
-from worker.sweep import connect_ray, run_sweep
-from worker.tracking import (
+from worker.contract.grid import resolve
+from worker.contract.spec import JobSpec
+from worker.contract.trial import TrainConfig
+from worker.tune.checkpoints import RestorePoint
+from worker.tune.settings import Settings
+from worker.tune.sweep import connect_ray, run_sweep
+from worker.tune.tracking import (
     TrackingTarget,
     ensure_experiment,
     find_runs,
@@ -40,8 +41,8 @@ from worker.tracking import (
     open_parent,
     set_tags,
 )
-from worker.trainable import TrialContext, open_run, run_trial, start_tags
-from worker.tuning import KEPT_CHECKPOINTS, cell_axes, trial_configs
+from worker.tune.trainable import TrialContext, open_run, run_trial, start_tags
+from worker.tune.tuning import KEPT_CHECKPOINTS, cell_axes, trial_configs
 
 
 def _document(args: argparse.Namespace, *, samples: int, seeds: list[int], cpus: float, **extra: Any) -> dict:
@@ -67,8 +68,8 @@ def _document(args: argparse.Namespace, *, samples: int, seeds: list[int], cpus:
 
 def calibrate(args: argparse.Namespace, cpus: int) -> dict[str, float]:
     """Seconds per training example (after warm-up) -> the training-set size for `--min-seconds`."""
-    from worker.loop import evaluate, train_epoch
-    from worker.session import TrainingSession
+    from worker.training.loop import evaluate, train_epoch
+    from worker.training.session import TrainingSession
 
     probe = trial_configs(
         JobSpec.model_validate(_document(args, samples=args.probe_samples, seeds=[1], cpus=cpus)), cpus
@@ -115,13 +116,14 @@ def in_process(spec: JobSpec, settings: Settings, job_id: str) -> list[float]:
     for i, trial in enumerate(trial_configs(spec, spec.resources.cpus)):
         tick = time.perf_counter()
         trial_id = f"inproc_{i:05d}"
-        client, run = open_run(context, trial_id, {"train": trial})
+        resolved = resolve(trial, None, context.cell_axes)
+        client, run = open_run(context, trial_id, resolved)
         set_tags(
             client, run.info.run_id, start_tags(run, 1, RestorePoint(None), {"CPU": spec.resources.cpus}, [])
         )
         storage = Path(settings.experiment_path(job_id)) / trial_id
         storage.mkdir(parents=True, exist_ok=True)
-        run_trial(TrainConfig.from_dict(trial), client, run, RestorePoint(None), StorageReporter(storage))
+        run_trial(resolved.config, client, run, RestorePoint(None), StorageReporter(storage))
         finish_trial_run(client, run.info.run_id, "TERMINATED")
         walls.append(time.perf_counter() - tick)
     client.set_terminated(parent, "FINISHED")

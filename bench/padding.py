@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from bench import CONTENTION_LIMIT, timed
-from worker.batching import EncodedDataset, collate, encode, length_grouped_batches, padding_ratio
-from worker.data import load_examples
-from worker.tasks import get_task
+from worker.contract.tasks import get_task
+from worker.training.batching import EncodedDataset, collate, encode, length_grouped_batches, padding_ratio
+from worker.training.data import load_examples
 
 Batch = dict[str, Tensor]
 StepFn = Callable[[Batch, Tensor], None]  # one full training update on (model inputs, labels)

@@ -1,7 +1,7 @@
 """`smartune bench step`: time and peak memory of one full training update per method.
 
-A step is what worker/loop.py::train_step does: the method's loss (smart_core.Objective over ModelFns built
-from worker.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
+A step is what worker/training/loop.py::train_step does: the method's loss (smart_core.Objective over ModelFns built
+from worker.training.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
 zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
 - Time: every method (and the smart-pytorch peer) on one fixed batch, interleaved round-robin in one
   process after warm-up rounds, the round's order rotated each round; the median per method over the
@@ -32,8 +32,8 @@ from torch import Tensor, nn
 from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
-from worker.adapter import EmbeddingAdapter
-from worker.models import resolve_model
+from worker.training.adapter import EmbeddingAdapter
+from worker.training.models import resolve_model
 
 PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 WARMUP_ROUNDS = 2  # untimed rounds: lazy AdamW state, allocator growth, oneDNN/cuBLAS kernel selection
@@ -48,7 +48,7 @@ METHODOLOGY = {
     "contended when other work used > contention_limit_cpus CPUs during it (/proc/stat incl. steal); "
     "each method has its own model copy, AdamW and objective; the peer runs in the same loop",
     "step": "objective loss + isfinite check + backward + clip 1.0 + AdamW(lr 1e-5, wd 0) + zero_grad + "
-    "after_update, model in train mode; head grad-ratio diagnostics on as in worker/session.py; no LR schedule",
+    "after_update, model in train mode; head grad-ratio diagnostics on as in worker/training/session.py; no LR schedule",
     "padding": "vanilla updates, batch 16, first N train rows truncated at 128; the same batches collated "
     "dynamically vs padded to 128, interleaved; collate + copy + update timed",
     "peer": "smart_pytorch.SMARTLoss(eval_fn=adapter.forward_from_embeddings, loss_fn=kl_loss, "
@@ -93,7 +93,7 @@ class Stepper:
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
         self.objective: Objective | None = None
-        if config is not None:  # as worker/session.py builds it, head diagnostics included
+        if config is not None:  # as worker/training/session.py builds it, head diagnostics included
             self.objective = Objective(
                 config,
                 regression=False,
@@ -121,7 +121,9 @@ class Stepper:
         loss = self.loss(batch, labels)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        if not bool(torch.isfinite(norm) & torch.isfinite(loss.detach())):  # as worker/loop.py: one wait
+        if not bool(
+            torch.isfinite(norm) & torch.isfinite(loss.detach())
+        ):  # as worker/training/loop.py: one wait
             raise FloatingPointError(f"non-finite loss {loss.item()} or gradient norm {norm.item()}")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

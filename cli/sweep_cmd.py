@@ -1,6 +1,6 @@
 """`smartune sweep SPEC`: run (or resume) a sweep locally: Ray Tune over the spec's grid, MLflow records.
 
-A thin shell over `python -m worker.sweep` (the same driver a Ray job runs): a live table of the trials
+A thin shell over `python -m worker.tune.sweep` (the same driver a Ray job runs): a live table of the trials
 goes to stderr, the summary JSON is the last line of stdout. Rerunning the same spec resumes it.
 """
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.sweep import main
+    from worker.tune.sweep import main
 
     argv = ["--spec", str(args.spec), "--attempt", str(args.attempt)]
     if args.job_id:

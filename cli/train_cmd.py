@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from smart_core.config import FIELD_CHOICES, METHOD_PRESETS, MethodConfig  # torch-free: a fast --help
 
@@ -30,40 +30,39 @@ def _method_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=f"m_{f.name}", choices=FIELD_CHOICES[f.name], default=None)
 
 
+_REQUIRED = {"task"}  # the one trial field `smartune train` cannot default
+
+
+def _trial_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per trial field marked `cli` in worker.contract.trial (type, choices, help from there)."""
+    from worker.contract.trial import KNOBS, TYPES  # torch-free: the contract
+
+    for name, knob in KNOBS.items():
+        if not knob.cli:
+            continue
+        flags = knob.flags or ("--" + name.replace("_", "-"),)
+        kind = TYPES[name]
+        options: dict[str, Any] = {"dest": f"t_{name}", "default": None, "help": knob.help}
+        if name == "method":
+            options["choices"] = sorted(METHOD_PRESETS)
+        elif kind in (bool, bool | None):
+            options["action"] = argparse.BooleanOptionalAction
+        elif get_origin(kind) is Literal:
+            options["choices"] = list(get_args(kind))
+        elif kind in (int, int | None):
+            options |= {"type": int, "metavar": "INT"}
+        elif kind in (float, float | None):
+            options |= {"type": float, "metavar": "FLOAT"}
+        elif kind == dict[str, str] | None:
+            options |= {"type": json.loads, "metavar": "JSON"}
+        else:
+            options["metavar"] = name.upper()
+        parser.add_argument(*flags, required=name in _REQUIRED, **options)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="fine-tune one model on one task (local, no Ray)")
-    p.add_argument(
-        "--task",
-        required=True,
-        help="rte, mrpc, sst2, cola, stsb, qqp, mnli, qnli, wnli, snli, scitail, anli_r1..3",
-    )
-    p.add_argument(
-        "--data",
-        default=None,
-        help="GLUE-style folder, CSV/TSV/JSONL file or hub id (default: $SMARTUNE_GLUE_DIR)",
-    )
-    p.add_argument(
-        "--columns", default=None, help='custom column mapping as JSON, e.g. \'{"sentence1": "premise"}\''
-    )
-    p.add_argument(
-        "--model", default="minilm-l6", help="minilm-l6 (offline), tiny-random, a local path or a hub id"
-    )
-    p.add_argument("--method", default="smart", choices=sorted(METHOD_PRESETS))
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-5, dest="learning_rate")
-    p.add_argument("--optimizer", choices=["adam", "adamw", "radam"], default="adamw")
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--warmup-fraction", type=float, default=0.1)
-    p.add_argument("--max-seq-length", type=int, default=512)
-    p.add_argument("--max-train-samples", type=int, default=None)
-    p.add_argument("--max-eval-samples", type=int, default=None)
-    p.add_argument(
-        "--train-fraction", type=float, default=1.0, help="0.001, 0.01, 0.1 or 1.0 of the training set"
-    )
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None, dest="num_threads")
+    _trial_flags(p)
     p.add_argument(
         "--output", type=Path, required=True, help="folder for metrics.json and the best checkpoint"
     )
@@ -72,38 +71,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    from worker.config import TrainConfig
+def _absolute(value: str | None) -> str | None:
+    """A path given on this machine's command line means this working directory: made absolute, as the
+    contract wants (worker.contract.sources). Anything else (an alias, a hub id) is left as it is."""
+    if value is None or not Path(value).expanduser().exists():
+        return value
+    return str(Path(value).expanduser().resolve())
 
-    overrides = {k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None}
-    columns = json.loads(args.columns) if args.columns else None
-    return TrainConfig(
-        task=args.task,
-        data=args.data,
-        model=args.model,
-        method=args.method,
-        method_overrides=overrides,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        optimizer=args.optimizer,
-        weight_decay=args.weight_decay,
-        warmup_fraction=args.warmup_fraction,
-        max_seq_length=args.max_seq_length,
-        max_train_samples=args.max_train_samples,
-        max_eval_samples=args.max_eval_samples,
-        train_fraction=args.train_fraction,
-        seed=args.seed,
-        columns=columns,
-        device=args.device,
-        num_threads=args.num_threads,
-    )
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from worker.contract.trial import TrainConfig
+
+    values = {k[2:]: v for k, v in vars(args).items() if k.startswith("t_") and v is not None}
+    values["data"], values["model"] = _absolute(values.get("data")), _absolute(values.get("model"))
+    values["method_overrides"] = {
+        k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None
+    }
+    return TrainConfig(**{k: v for k, v in values.items() if v is not None})
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from worker.finetune import RunCallbacks, run_training, summarize
+    from worker.training.finetune import RunCallbacks, run_training, summarize
 
     config = config_from_args(args)
     bar: Any = None

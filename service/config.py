@@ -1,6 +1,6 @@
 """The control plane's settings: one pydantic-settings class, read from the environment (and `.env`).
 
-Deployment-wide names stay unprefixed as design §7 gives them (`DATABASE_URL`, `RAY_ADDRESS`,
+Deployment-wide names stay unprefixed as docs/architecture.md §7 gives them (`DATABASE_URL`, `RAY_ADDRESS`,
 `MLFLOW_TRACKING_URI`); everything else is `SMARTUNE_*`. Unset locations derive from the data directory:
 the embedded default keeps the job store, MLflow and Tune's storage side by side in it.
 """
@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     data_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="folders local data/model paths must lie under (os.pathsep list)"
     )
-    sweep_module: str = Field("worker.sweep", description="the Ray job entrypoint module")
+    sweep_module: str = Field("worker.tune.sweep", description="the Ray job entrypoint module")
     entrypoint_python: str | None = Field(None, description="python of the entrypoint; unset = auto")
 
     scheduler_interval_s: float = Field(2.0, gt=0, description="seconds between scheduler rounds")

@@ -12,7 +12,7 @@ from service import security
 from service.db import utcnow
 from service.models import ACTIVE_STATES, ApiKey, Attempt, Job, JobState, Team, Transition, Trial
 from service.schemas import TeamCreate, TeamUpdate
-from worker.spec import JobSpec
+from worker.contract.spec import JobSpec
 
 # --- teams and keys ----------------------------------------------------------------------------------
 

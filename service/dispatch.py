@@ -20,6 +20,7 @@ from service.db import Database, utcnow
 from service.models import Attempt, AttemptState, Job, JobState, submission_id
 from service.ray_jobs import RayJobError, RayJobExists, RayJobs, RayUnavailable
 from service.scheduler import Plan, Resources
+from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,10 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
         env["SMARTUNE_GLUE_DIR"] = str(settings.glue_dir)
     env |= {name: value for name in PASSED_THROUGH if (value := os.environ.get(name)) is not None}
     metadata = {
-        "smartune.job_id": job.id,
-        "smartune.attempt": str(number),
-        "smartune.team": job.team.name,
-        "smartune.spec_hash": job.spec_hash,
+        JOB: job.id,
+        ATTEMPT: str(number),
+        TEAM: job.team.name,
+        SPEC_HASH: job.spec_hash,
     }
     return entrypoint, env, metadata
 

@@ -17,7 +17,7 @@ from service.config import Settings
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
-from worker.spec import JobSpec
+from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 

@@ -154,8 +154,9 @@ class JobSubmissionAdapter:
             )
         except Exception as err:
             raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
-        cpus = sum(float(n.resources_total.get("CPU", 0)) for n in nodes)
-        gpus = sum(float(n.resources_total.get("GPU", 0)) for n in nodes)
+        totals = [getattr(n, "resources_total", {}) for n in nodes]  # NodeState rows
+        cpus = sum(float(t.get("CPU", 0)) for t in totals)
+        gpus = sum(float(t.get("GPU", 0)) for t in totals)
         return Resources(cpus=cpus, gpus=gpus)
 
     def ping(self) -> None:

@@ -112,8 +112,8 @@ def plan(queued: list[QueuedJob], teams: dict[int, TeamState], free: Resources, 
             result.reasons[job.id] = (
                 f"team quota: {team.gpus_in_use:g}/{team.gpu_quota:g} GPUs in use, needs {_gpus(job.gpus)}"
             )
-        elif reason := _pool_reason(job, Resources(cpus, gpus), total):
-            result.reasons[job.id] = reason
+        elif pool_reason := _pool_reason(job, Resources(cpus, gpus), total):
+            result.reasons[job.id] = pool_reason
             blocked_gpu |= job.gpus > 0
             blocked_cpu |= job.cpus > 0
         elif (blocked_gpu and job.gpus > 0) or (blocked_cpu and job.cpus > 0):

@@ -1,6 +1,6 @@
 """The API's pydantic models, by family: `XCreate` / `XUpdate` in, `XPublic` / `XsPublic(data, count)` out.
 
-The job spec itself is `worker.spec.JobSpec` (the contract shared with the sweep driver), not redefined here;
+The job spec itself is `worker.contract.spec.JobSpec` (the contract shared with the sweep driver), not redefined here;
 `JobSubmission` only makes sure every way a spec can be wrong answers 422.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-from worker.spec import JobSpec
+from worker.contract.spec import JobSpec
 
 
 class Message(BaseModel):

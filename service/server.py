@@ -1,4 +1,4 @@
-"""`smartune serve`: the one command of the embedded deployment (design §7).
+"""`smartune serve`: the one command of the embedded deployment (docs/architecture.md §7).
 
 Starts (or finds) a local Ray head when `RAY_ADDRESS` is unset, then serves the API and the placeholder
 page with uvicorn. The job store, MLflow store and Tune storage live in the data directory.

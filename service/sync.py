@@ -1,4 +1,4 @@
-"""Trial rows from a job's MLflow runs (design §2): upsert one row per Tune trial, keep the job's run ids."""
+"""Trial rows from a job's MLflow runs (docs/architecture.md §2): upsert one row per Tune trial, keep the job's run ids."""
 
 from __future__ import annotations
 

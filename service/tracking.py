@@ -1,4 +1,4 @@
-"""Reading a job's sweep back from MLflow: trial rows, the summary, and ending runs (design §2).
+"""Reading a job's sweep back from MLflow: trial rows, the summary, and ending runs (docs/architecture.md §2).
 
 The sweep driver writes one parent run per job (`smartune.kind=sweep`) and one child run per trial, all
 tagged `smartune.job_id`; the control plane only reads them, except that cancelling a job ends its open
@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, STATE, TRIAL
 
 logger = logging.getLogger(__name__)
 
@@ -100,15 +102,15 @@ class MlflowTracker:
         safe = job_id.replace("'", "")
         return list(
             self.client.search_runs(
-                [experiment_id], filter_string=f"tags.`smartune.job_id` = '{safe}'", max_results=5000
+                [experiment_id], filter_string=f"tags.`{JOB}` = '{safe}'", max_results=5000
             )
         )
 
     def _parent(self, runs: list[Any]) -> Any | None:
-        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        parents = [r for r in runs if PARENT not in r.data.tags]
         return max(
             parents,
-            key=lambda r: (_int(r.data.tags.get("smartune.attempt")), r.info.start_time or 0),
+            key=lambda r: (_int(r.data.tags.get(ATTEMPT)), r.info.start_time or 0),
             default=None,
         )
 
@@ -118,13 +120,13 @@ class MlflowTracker:
         latest: dict[str, Any] = {}
         for run in runs:
             tags = run.data.tags
-            if "mlflow.parentRunId" not in tags or "smartune.trial_id" not in tags:
+            if PARENT not in tags or TRIAL not in tags:
                 continue
-            key = (_int(tags.get("smartune.attempt")), run.info.start_time or 0)
-            trial_id = tags["smartune.trial_id"]
+            key = (_int(tags.get(ATTEMPT)), run.info.start_time or 0)
+            trial_id = tags[TRIAL]
             current = latest.get(trial_id)
             if current is None or key > (
-                _int(current.data.tags.get("smartune.attempt")),
+                _int(current.data.tags.get(ATTEMPT)),
                 current.info.start_time or 0,
             ):
                 latest[trial_id] = run
@@ -144,15 +146,15 @@ class MlflowTracker:
             best = max((m.value for m in history), default=None)
             self._best[run.info.run_id] = (epoch, best)
         try:
-            params = json.loads(tags.get("smartune.cell", "{}"))
+            params = json.loads(tags.get(CELL, "{}"))
         except json.JSONDecodeError:
             params = {}
         return TrialRun(
-            trial_id=tags["smartune.trial_id"],
+            trial_id=tags[TRIAL],
             run_id=run.info.run_id,
-            attempt=_int(tags.get("smartune.attempt")),
-            state=tags.get("smartune.state", "PENDING"),
-            error_class=tags.get("smartune.error_class"),
+            attempt=_int(tags.get(ATTEMPT)),
+            state=tags.get(STATE, "PENDING"),
+            error_class=tags.get(ERROR_CLASS),
             params=params if isinstance(params, dict) else {"cell": params},
             best_score=best,
             last_epoch=epoch,

@@ -1,24 +1,20 @@
 """What the control plane adds to `JobSpec`'s own validation: this deployment's limits and data roots.
 
-`JobSpec` (worker/spec.py) rejects unknown tasks, methods, fields and bad ranges; here a valid spec is
+`JobSpec` (worker/contract/spec.py) rejects unknown tasks, methods, fields and bad ranges; here a valid spec is
 checked against the service's configuration and the submitting team: trial and seed counts, local paths
-(data and model) that must exist under a configured data root, and GPUs that the team's quota can never
-grant. Each failure names the field, for a 422.
+(data and model; absolute, by worker.contract.sources) that must exist under a configured data root, and
+GPUs that the team's quota can never grant. Each failure names the field, for a 422.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 from service.config import Settings
 from service.errors import ApiError
 from service.models import Team
-from worker.spec import JobSpec
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")  # "name" or "org/name", as worker.models reads it
-_ALIASES = frozenset({"minilm-l6", "tiny-random"})
+from worker.contract.sources import SourceError, classify
+from worker.contract.spec import JobSpec
 
 
 def invalid(field: str, detail: str) -> ApiError:
@@ -30,19 +26,18 @@ def count_trials(spec: JobSpec) -> int:
     return len(spec.trials()) * spec.search.num_samples
 
 
-def _looks_local(value: str) -> bool:
-    return value.startswith(("/", ".", "~")) or "\\" in value or value.count("/") > 1 or os.path.exists(value)
-
-
-def check_path(value: str | None, field: str, settings: Settings, *, hub_ok: bool = True) -> None:
-    """A local path must exist under a data root; anything else must read as a hub id."""
-    if value is None or (field == "model" and value in _ALIASES):
+def check_path(value: str | None, field: str, settings: Settings) -> None:
+    """A local path (the contract's rule: absolute) must exist under a data root; an alias or a hub id
+    passes (whether a hub id may be used at all is the worker's network's business)."""
+    if value is None:
         return
-    if not _looks_local(value):
-        if hub_ok and _HUB_ID.match(value):
-            return
-        raise invalid(field, f"{value!r} is neither a local path nor a hub id")
-    path = Path(value).expanduser().resolve()
+    try:
+        source = classify(value, field, aliases=field == "model")
+    except SourceError as err:
+        raise invalid(field, str(err).removeprefix(f"{field}: ")) from None
+    if source.kind != "local":
+        return
+    path = source.path.resolve()
     roots = settings.allowed_roots
     if not any(path.is_relative_to(root) for root in roots):
         allowed = ", ".join(str(r) for r in roots)

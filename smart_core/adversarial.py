@@ -118,4 +118,5 @@ def ascent_signal(
     plus = _ascent_gradient(x.detach(), nu, target, forward, regression).double().flatten()
     minus = _ascent_gradient(x.detach(), -nu, target, forward, regression).double().flatten()
     # Plain formula: F.cosine_similarity clamps ‖a‖·‖b‖ at 1e-8, and these gradients are ~1e-9 at σ = 1e-5.
-    return (-(plus @ minus) / (plus.norm() * minus.norm()).clamp_min(1e-300)).float()
+    cosine: Tensor = -(plus @ minus) / (plus.norm() * minus.norm()).clamp_min(1e-300)
+    return cosine.float()

@@ -88,7 +88,7 @@ def freelb_loss(
             first = loss.detach() * k
         if step == k - 1:
             break
-        loss.backward()  # θ-grads accumulate across the K steps; δ.grad is filled too
+        loss.backward()  # type: ignore[no-untyped-call]  # θ-grads accumulate over the K steps; δ.grad too
         assert delta.grad is not None  # δ requires grad on every step but the last
         delta, ok = _step(delta, delta.grad, mask, config)
         finite = finite & ok

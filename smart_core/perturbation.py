@@ -72,7 +72,7 @@ def project(
 
     ball:   Proj onto {‖δ_i‖_p ≤ ε}: an element-wise clamp to ±ε for p = ∞, a per-example rescale for p = 2.
     renorm: δ / (‖δ‖_p per token + stabilizer): the official mt-dnn "projection"; each token ends with
-            norm ≈ 1, a perturbation as large as the LayerNorm-ed embedding itself (design §4).
+            norm ≈ 1, a perturbation as large as the LayerNorm-ed embedding itself (docs/architecture.md §4).
     """
     if rule == "ball":
         if p == "inf":

@@ -1,50 +1,93 @@
-"""Design §1: each package, imported in a fresh interpreter, loads only what it may."""
+"""The dependency rule of docs/architecture.md, checked on the real import graph: every room, imported in a
+fresh interpreter, loads only what it may. Rooms are folders, so a new module is covered by its folder.
+
+    cli ──────────────► service ──► worker.contract ──► smart_core.config
+     │                                    ▲
+     └──► worker.tune ──► worker.training ─┴──► smart_core ──► torch
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-HEAVY = (
-    "torch",
-    "transformers",
-    "ray",
-    "mlflow",
-    "fastapi",
-    "sqlalchemy",
-    "pydantic",
-    "service",
-    "worker",
-    "cli",
-)
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARIES = {"torch", "transformers", "ray", "mlflow", "fastapi", "sqlalchemy", "pydantic"}
 
 
-def loaded_after(statement: str) -> set[str]:
-    code = (
-        f"import sys, json\n{statement}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+def modules_of(folder: str) -> list[str]:
+    """Every module of a room, as an importable dotted name."""
+    base = ROOT / folder
+    return sorted(
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for path in base.rglob("*.py")
     )
+
+
+def loaded_after(statements: list[str]) -> set[str]:
+    code = "import sys, json\n" + "\n".join(statements) + "\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=180, cwd=ROOT
     )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _tops(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def _ours(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in ("smart_core", "worker", "service", "cli", "bench")}
+
+
+def test_the_contract_is_plain_data() -> None:
+    """worker.contract: pydantic and the method vocabulary (smart_core.config), nothing that computes."""
+    loaded = loaded_after([f"import {m}" for m in modules_of("worker/contract")])
+    assert not _tops(loaded) & (LIBRARIES - {"pydantic"})
+    allowed = {"worker", "smart_core", "smart_core.config"}
+    assert {m for m in _ours(loaded) if not m.startswith("worker.contract")} <= allowed
+
+
+def test_the_service_reaches_the_worker_only_through_the_contract() -> None:
+    loaded = loaded_after(["import service.main", "from service.main import create_app; create_app()",
+                           *[f"import {m}" for m in modules_of("service") if "alembic" not in m]])  # fmt: skip
+    assert not _tops(loaded) & {"torch", "transformers", "ray", "mlflow"}
+    worker = {m for m in _ours(loaded) if m.split(".")[0] in ("worker", "smart_core")}
+    assert {m for m in worker if not m.startswith("worker.contract")} <= {
+        "worker",
+        "smart_core",
+        "smart_core.config",
+    }
+    assert not {m for m in _ours(loaded) if m.split(".")[0] == "cli"}
+
+
+def test_training_runs_without_ray_mlflow_or_the_sweep() -> None:
+    loaded = loaded_after([f"import {m}" for m in modules_of("worker/training")])
+    assert not _tops(loaded) & {"ray", "mlflow", "fastapi", "sqlalchemy"}
+    assert not {m for m in _ours(loaded) if m.startswith(("worker.tune", "service", "cli"))}
+
+
+def test_the_tune_room_never_reaches_the_service_or_the_cli() -> None:
+    loaded = loaded_after([f"import {m}" for m in modules_of("worker/tune")])
+    assert not {m for m in _ours(loaded) if m.startswith(("service", "cli"))}
 
 
 @pytest.mark.parametrize(
     ("statement", "allowed"),
     [
-        ("import smart_core; smart_core.Objective", {"torch"}),  # torch only
-        ("import smart_core.config", set()),  # the method vocabulary needs no torch
-        ("import worker", set()),  # worker/__init__ imports nothing
-        ("import worker.tasks", set()),  # the task registry is data
-        ("import worker.spec", {"pydantic"}),  # the job contract: the service imports it, so no torch/ray
-        ("import cli.main", set()),  # the CLI shell is thin: sides load per subcommand
-        ("import worker.finetune", {"torch", "transformers", "worker"}),  # never service or cli
+        ("import smart_core; smart_core.Objective", {"torch", "smart_core"}),  # torch only
+        ("import smart_core.config", {"smart_core"}),  # the method vocabulary needs no torch
+        ("import worker", {"worker"}),  # worker/__init__ imports nothing
+        ("import cli.main", {"cli", "smart_core"}),  # a thin shell (the method vocabulary for its flags)
     ],
 )
-def test_import_boundaries(statement: str, allowed: set[str]) -> None:
-    own = {"smart_core", "worker", "cli"} & set(statement.replace(";", " ").replace(".", " ").split())
-    forbidden = set(HEAVY) - allowed - own
-    assert not (loaded_after(statement) & forbidden), statement
+def test_light_entry_points(statement: str, allowed: set[str]) -> None:
+    loaded = loaded_after([statement])
+    assert not _tops(loaded) & (LIBRARIES | {"service", "worker", "cli", "smart_core"}) - allowed, statement
+    assert {m for m in _ours(loaded) if m.startswith("smart_core.")} <= {
+        "smart_core.config"
+    } or "torch" in allowed

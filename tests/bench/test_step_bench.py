@@ -19,7 +19,8 @@ import torch
 from bench import clean_median, timed
 from bench.padding import fixed_batch, glue_root, padding_benchmark
 from bench.step import amortized, expand_methods, main, parse_variant
-from worker.models import TINY_RANDOM_ALIAS, resolve_model
+from worker.contract.sources import TINY_RANDOM_ALIAS
+from worker.training.models import resolve_model
 
 
 def _args(**overrides: Any) -> argparse.Namespace:

@@ -67,7 +67,7 @@ def test_a_job_runs_to_success_with_trials_and_results(
     sid = f"{job_id}-a1"
     assert fake_ray.submissions == [sid]
     submitted = fake_ray.jobs[sid]
-    assert submitted.entrypoint.endswith(f"-m worker.sweep --job-id {job_id} --attempt 1")
+    assert submitted.entrypoint.endswith(f"-m worker.tune.sweep --job-id {job_id} --attempt 1")
     assert submitted.env_vars["SMARTUNE_JOB_SPEC"].startswith("{")
     assert {"SMARTUNE_STORAGE_PATH", "MLFLOW_TRACKING_URI", "SMARTUNE_MLFLOW_EXPERIMENT"} <= set(
         submitted.env_vars

@@ -64,11 +64,18 @@ def test_data_and_model_paths_must_lie_under_a_data_root(
         (spec(model=str(outside)), "model"),
         (spec(model="../../etc/passwd"), "model"),
         (spec(data="not a hub id!"), "data"),
+        # A relative path would be read from the worker's working directory, outside every root.
+        (spec(data="train.csv"), "data"),
+        (spec(data="./glue"), "data"),
+        (spec(data="data/glue/RTE"), "data"),
+        (spec(model="./my-model"), "model"),
     ]:
         response = post(client, team_key, body)
         assert response.status_code == 422, body
         assert response.json()["field"] == field
     assert post(client, team_key, spec(data="nyu-mll/glue")).status_code == 201  # a hub id passes through
+    relative = post(client, team_key, spec(data="train.csv")).json()
+    assert relative["field"] == "data" and "relative path" in relative["detail"]
 
 
 def test_gpus_beyond_the_teams_quota_are_refused(client: TestClient, db: Database) -> None:

@@ -1,6 +1,6 @@
 """Shared fixtures of the sweep tests: one real local Ray cluster per session, a real MLflow SQLite store.
 
-Ray is started once, with 2 CPUs and 2 *logical* GPUs (design §8: enough to test GPU placement on a
+Ray is started once, with 2 CPUs and 2 *logical* GPUs (Ray counts them without hardware: enough to test GPU placement on a
 machine without GPUs), and shared by every test that asks for `ray_cluster`. Each test gives its sweep
 its own job id; all sweeps of the session share one data dir (Tune storage, mlflow.db, mlartifacts).
 """
@@ -17,8 +17,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from worker.settings import Settings
-from worker.tracking import TrackingTarget, find_runs
+from worker.tune.settings import Settings
+from worker.tune.tracking import TrackingTarget, find_runs
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
@@ -22,7 +24,7 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/teams", tags=["teams"])
-_ADMIN = {403: {"model": ErrorBody, "description": "not an admin key"}}
+_ADMIN: dict[int | str, dict[str, Any]] = {403: {"model": ErrorBody, "description": "not an admin key"}}
 
 
 def _team(session: SessionDep, name: str) -> Team:

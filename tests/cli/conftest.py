@@ -1,0 +1,3 @@
+"""CLI tests use the service tests' fixtures (an app with fake Ray and MLflow) where they need a server."""
+
+from tests.service.fixtures import *  # noqa: F403

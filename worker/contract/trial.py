@@ -1,0 +1,137 @@
+"""One trial's configuration, declared once: every field with its default, bounds, help and where it may be
+set. The spec's `training` block (worker.contract.spec), the flags of `smartune train` (cli.train_cmd), the
+axes a grid may sweep (worker.contract.grid) and the values a trial accepts are all derived from here.
+
+A trial is one fine-tuning run; `TrainConfig` is plain data, JSON-able. Defaults follow the paper's
+recipe (Section 4.1): Adam, linear decay with 10% warm-up, clipping at 1, 512 word pieces.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from smart_core.config import MethodConfig, method_config
+
+OptimizerName = Literal["adam", "adamw", "radam"]
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """What the declaration says of one field: bounds, help, and where it may be set.
+
+    spec: in the job spec's `training` block; cli: a flag of `smartune train` (`flags`, else
+    `--field-name`); sweep: a grid/search axis (machine-level knobs are not: they are the deployment's)."""
+
+    help: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    spec: bool = False
+    cli: bool = True
+    sweep: bool = True
+    flags: tuple[str, ...] = ()
+
+    def violation(self, value: Any) -> str | None:
+        """Why `value` breaks the bounds, or None (None values are for optional fields, checked by type)."""
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        checks: tuple[tuple[float | None, Callable[[float], bool], str], ...] = (
+            (self.ge, lambda b: value >= b, ">="),
+            (self.gt, lambda b: value > b, ">"),
+            (self.le, lambda b: value <= b, "<="),
+            (self.lt, lambda b: value < b, "<"),
+        )
+        for bound, ok, text in checks:
+            if bound is not None and not ok(bound):
+                return f"must be {text} {bound:g}"
+        return None
+
+
+def knob(default: Any = None, *, factory: Callable[[], Any] | None = None, **info: Any) -> Any:
+    if factory is not None:
+        return field(default_factory=factory, metadata={"knob": Knob(**info)})
+    return field(default=default, metadata={"knob": Knob(**info)})
+
+
+@dataclass
+class TrainConfig:
+    task: str = knob("rte", help="a GLUE-style task: rte, mrpc, sst2, cola, stsb, qqp, mnli, qnli, wnli, ...")
+    data: str | None = knob(
+        None, sweep=False, help="absolute path to a GLUE-style folder or table file, or a hub dataset id "
+        "(default: $SMARTUNE_GLUE_DIR, else the hub)"
+    )  # fmt: skip
+    model: str = knob("minilm-l6", sweep=False,
+                      help="minilm-l6 (offline), tiny-random, an absolute checkpoint path or a hub id")  # fmt: skip
+    method: str = knob("smart", help="a method preset (smart_core.METHOD_PRESETS)")
+    # The method's own fields, over its preset (e.g. {"lambda_s": 3.0}); flags and axes use their names.
+    method_overrides: dict[str, Any] = knob(factory=dict, cli=False, sweep=False, help="method fields")
+    epochs: int = knob(3, ge=1, le=100, spec=True, help="training epochs")
+    batch_size: int = knob(32, ge=1, le=4096, spec=True, help="examples per update")
+    learning_rate: float = knob(
+        5e-5, gt=0, lt=1, spec=True, flags=("--lr", "--learning-rate"), help="peak LR"
+    )
+    optimizer: OptimizerName = knob("adamw", spec=True, help="adam, adamw or radam")
+    weight_decay: float = knob(0.0, ge=0, spec=True, help="decoupled weight decay (the paper: 0, Adam)")
+    warmup_fraction: float = knob(0.1, ge=0, lt=1, spec=True, help="linear warm-up share of the updates")
+    max_grad_norm: float = knob(1.0, gt=0, spec=True, help="gradient-norm clipping")
+    max_skipped_steps: int = knob(
+        10, ge=1, spec=True, help="non-finite steps in a row (each skipped) that end the trial as `numerics`"
+    )
+    max_seq_length: int = knob(512, ge=8, le=8192, spec=True, help="word pieces per example (the paper: 512)")
+    max_train_samples: int | None = knob(None, ge=1, spec=True, help="the first N training examples")
+    max_eval_samples: int | None = knob(None, ge=1, spec=True, help="the first N examples of each eval split")
+    train_fraction: float = knob(1.0, gt=0, le=1, help="share of the training set: 0.001 / 0.01 / 0.1 / 1")
+    fraction_seed: int = knob(
+        13, spec=True, help="sampling seed of the training fraction, fixed across trials"
+    )
+    seed: int = knob(1, help="the trial's seed (weights of the head, batches, dropout, noise)")
+    columns: dict[str, str] | None = knob(
+        None, sweep=False, help='custom table columns as JSON, e.g. {"sentence1": "premise"}'
+    )
+    device: str = knob("auto", sweep=False, help="auto | cpu | cuda | cuda:N")
+    bf16: bool | None = knob(None, sweep=False, help="bf16 autocast (default: on CUDA only)")
+    deterministic: bool = knob(True, spec=True, help="torch deterministic algorithms (warn-only)")
+    num_threads: int | None = knob(
+        None, ge=1, le=512, sweep=False, flags=("--threads",), help="torch CPU threads"
+    )
+    length_grouping: bool = knob(True, spec=True, help="length-grouped batches (dynamic padding)")
+    pad_to: int | None = knob(
+        None, ge=1, cli=False, sweep=False, help="pad every batch to this length (benchmarks)"
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            problem = KNOBS[f.name].violation(getattr(self, f.name))
+            if problem:
+                raise ValueError(f"invalid value for {f.name}: {getattr(self, f.name)!r} {problem}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"invalid value for optimizer: {self.optimizer!r} ({', '.join(OPTIMIZERS)})")
+        self.method_config()  # validates the method name and its overrides now, not mid-run
+
+    def method_config(self) -> MethodConfig:
+        return method_config(self.method, **self.method_overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["resolved_method"] = self.method_config().to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known - {"resolved_method"})
+        if unknown:
+            raise ValueError(f"unknown training option(s): {', '.join(unknown)}")
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(TrainConfig)}
+TYPES: dict[str, Any] = typing.get_type_hints(TrainConfig)  # field -> its annotation, resolved

@@ -1,0 +1,120 @@
+"""Fine-tune one model on one task: the run that `smartune train` and each sweep trial execute.
+
+The edge of the loop: it builds the session, runs epochs, evaluates after each, keeps the best
+checkpoint (safetensors + tokenizer + config) and writes `metrics.json`. Reporting to a terminal,
+Ray Tune or MLflow goes through `RunCallbacks`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.contract.trial import TrainConfig
+from worker.training.loop import StepCallback, evaluate, train_epoch
+from worker.training.models import describe_model, model_digest
+from worker.training.provenance import environment
+from worker.training.session import TrainingSession
+
+EpochCallback = Callable[[TrainingSession, dict[str, Any], bool], None]  # (session, epoch record, is best)
+
+
+@dataclass
+class RunCallbacks:
+    on_step: StepCallback | None = None
+    on_epoch_end: EpochCallback | None = None
+
+
+def save_checkpoint(session: TrainingSession, directory: Path) -> Path:
+    """The model as a Hugging Face folder: model.safetensors, config.json and the tokenizer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    session.model.save_pretrained(directory)
+    session.tokenizer.save_pretrained(directory)
+    return directory
+
+
+def better(task_main: str, value: float, best: float | None) -> bool:
+    del task_main  # every GLUE metric is "higher is better"
+    return best is None or value > best
+
+
+def run_training(
+    config: TrainConfig,
+    output_dir: Path | None,
+    callbacks: RunCallbacks | None = None,
+    session: TrainingSession | None = None,
+    history: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Train to the last epoch and return the metrics document (also written to output_dir/metrics.json).
+
+    `session` and `history` let a caller resume a restored session with the epochs already done.
+    """
+    callbacks = callbacks or RunCallbacks()
+    started = time.perf_counter()
+    session = session or TrainingSession.build(config)
+    initial_digest = model_digest(session.model) if session.position.global_step == 0 else None
+    main = session.task.main_metric
+    epochs: list[dict[str, Any]] = list(history or [])
+    best = max(epochs, key=lambda r: r["metrics"][main]) if epochs else None
+    train_seconds = sum(r["train_seconds"] for r in epochs)
+    while session.position.epoch < config.epochs:
+        epoch = session.position.epoch
+        tick = time.perf_counter()
+        components = train_epoch(session, callbacks.on_step)
+        seconds = time.perf_counter() - tick
+        train_seconds += seconds
+        metrics = evaluate(session)
+        record = {
+            "epoch": epoch + 1,
+            "train_loss": components.get("loss", float("nan")),
+            "components": components,
+            "metrics": metrics,
+            "train_seconds": seconds,
+            "examples_per_s": len(session.train) / seconds if seconds > 0 else 0.0,
+        }
+        epochs.append(record)
+        is_best = best is None or better(main, metrics[main], best["metrics"][main])
+        if is_best:
+            best = record
+            if output_dir is not None:
+                save_checkpoint(session, output_dir / "best")
+        if callbacks.on_epoch_end is not None:
+            callbacks.on_epoch_end(session, record, is_best)
+    assert best is not None  # epochs >= 1
+    result = {
+        "task": config.task,
+        "main_metric": main,
+        "best": best["metrics"],
+        "best_epoch": best["epoch"],
+        "epochs": epochs,
+        "examples_per_s": len(session.train) * len(epochs) / train_seconds if train_seconds > 0 else 0.0,
+        "wall_seconds": time.perf_counter() - started,
+        "train_examples": len(session.train),
+        "eval_examples": {split: len(data) for split, data in session.evals.items()},
+        "nonfinite_skips": session.objective.nonfinite_skips,
+        "config": config.to_dict(),
+        "provenance": {
+            **environment(session.device, config.deterministic),
+            "model_source": describe_model(config.model),
+            "initial_model_sha256": initial_digest,
+        },
+    }
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
+        if best is not None:
+            result["checkpoint"] = str(output_dir / "best")
+    return result
+
+
+def summarize(result: Mapping[str, Any]) -> str:
+    """One line for a terminal: the best epoch's main metric and the throughput."""
+    main = result["main_metric"]
+    return (
+        f"{result['task']}: best {main} = {result['best'][main]:.4f} at epoch {result['best_epoch']} "
+        f"({result['examples_per_s']:.1f} examples/s)"
+    )

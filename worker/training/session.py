@@ -1,0 +1,206 @@
+"""Everything one fine-tuning run holds: data, model, optimiser, schedule, objective, and its position.
+
+`TrainingSession.build(config)` resolves the task, data and model; `state_dict()` / `load_state_dict()`
+capture all mutable state (weights, optimiser, scheduler, Bregman reference, step, epoch, RNG) so a run
+killed mid-epoch resumes bit for bit on CPU. Batches of epoch e come from a generator seeded with
+(seed, e), so the sampler's position is just (epoch, step within the epoch).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from smart_core import Objective
+from worker.contract.sources import glue_dir
+from worker.contract.tasks import TaskSpec, get_task
+from worker.contract.trial import TrainConfig
+from worker.training.adapter import EmbeddingAdapter
+from worker.training.batching import EncodedDataset, encode, length_grouped_batches, sequential_batches
+from worker.training.data import Example, load_examples
+from worker.training.models import resolve_model
+from worker.training.sampling import subsample, take_first
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # needed by deterministic cuBLAS
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def load_split_examples(config: TrainConfig, task: TaskSpec, split: str) -> list[Example]:
+    """One split from `config.data`; unset, the local GLUE folder ($SMARTUNE_GLUE_DIR), else the hub."""
+    source = config.data or glue_dir() or "hub"
+    return load_examples(task, source, split, config.columns)
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float) -> LambdaLR:
+    """Linear warm-up over the first warmup_fraction of the updates, then linear decay to 0."""
+    warmup = int(warmup_fraction * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return LambdaLR(optimizer, factor)
+
+
+# The optimisers a trial may name (worker.contract.trial.OPTIMIZERS), as data.
+OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam,  # the paper's; weight decay coupled, 0 by default
+    "adamw": torch.optim.AdamW,
+    "radam": torch.optim.RAdam,
+}
+
+
+def make_optimizer(config: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    return OPTIMIZER_CLASSES[config.optimizer](
+        params, lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+
+
+@dataclass
+class Position:
+    """Where the run stands: `epoch` (0-based) and how many batches of it are done."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+
+
+class TrainingSession:
+    def __init__(
+        self,
+        config: TrainConfig,
+        task: TaskSpec,
+        train: EncodedDataset,
+        evals: dict[str, EncodedDataset],
+        model: torch.nn.Module,
+        tokenizer: Any,
+        device: torch.device,
+    ) -> None:
+        self.config, self.task, self.train, self.evals = config, task, train, evals
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        method = config.method_config()
+        self.adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)
+        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.steps_per_epoch = -(-len(train) // config.batch_size)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(config, params)
+        self.scheduler = linear_schedule(self.optimizer, self.total_steps, config.warmup_fraction)
+        self.objective = Objective(
+            method,
+            regression=task.is_regression,
+            module=model,
+            planned_updates=self.total_steps,
+            diagnostic_params=self.adapter.head_parameters(),
+        )
+        self.position = Position()
+        # Running sums of the current epoch's components and how many steps reported each: the
+        # diagnostics (r_s_control, ascent_signal) come every `diagnostics_every` steps only.
+        self.epoch_sums: dict[str, torch.Tensor] = {}
+        self.epoch_counts: dict[str, int] = {}
+        self.skipped_steps = 0  # optimiser steps skipped for a non-finite gradient or loss, in all
+        self.consecutive_skips = 0  # ... in a row, up to now: the trial stops at config.max_skipped_steps
+        self.bf16 = config.bf16 if config.bf16 is not None else device.type == "cuda"
+
+    @classmethod
+    def build(cls, config: TrainConfig) -> TrainingSession:
+        seed_everything(config.seed, config.deterministic)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        task = get_task(config.task)
+        train_examples = take_first(
+            load_split_examples(config, task, task.train_split), config.max_train_samples
+        )
+        if config.train_fraction < 1:
+            train_examples = subsample(train_examples, config.train_fraction, config.fraction_seed)
+        eval_examples = {
+            split: take_first(load_split_examples(config, task, split), config.max_eval_samples)
+            for split in task.eval_splits
+        }
+        model, tokenizer = resolve_model(
+            config.model,
+            num_labels=task.num_labels,
+            is_regression=task.is_regression,
+            head_dropout=task.head_dropout,
+            seed=config.seed,
+        )
+        device = resolve_device(config.device)
+        model.to(device)
+        train = encode(train_examples, tokenizer, config.max_seq_length, task.is_regression)
+        evals = {
+            split: encode(ex, tokenizer, config.max_seq_length, task.is_regression)
+            for split, ex in eval_examples.items()
+        }
+        return cls(config, task, train, evals, model, tokenizer, device)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The batches (lists of example indices) of `epoch`, the same on every call."""
+        generator = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+        if self.config.length_grouping:
+            return length_grouped_batches(self.train.lengths, self.config.batch_size, generator)
+        order = torch.randperm(len(self.train), generator=generator).tolist()
+        return [order[i : i + self.config.batch_size] for i in range(0, len(order), self.config.batch_size)]
+
+    def eval_batches(self, split: str) -> list[list[int]]:
+        return sequential_batches(len(self.evals[split]), max(self.config.batch_size, 64))
+
+    def state_dict(self) -> dict[str, Any]:
+        reference = self.objective.reference
+        return {
+            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "reference": reference.state_dict() if reference is not None else None,
+            "position": vars(self.position).copy(),
+            "nonfinite_skips": self.objective.nonfinite_skips,
+            "epoch_sums": {k: v.detach().cpu().clone() for k, v in self.epoch_sums.items()},
+            "epoch_counts": dict(self.epoch_counts),
+            "skipped_steps": self.skipped_steps,
+            "consecutive_skips": self.consecutive_skips,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.objective.reference is not None and state["reference"] is not None:
+            self.objective.reference.load_state_dict(state["reference"])
+        self.position = Position(**state["position"])
+        self.objective.nonfinite_skips = int(state["nonfinite_skips"])
+        self.epoch_sums = {k: v.to(self.device) for k, v in state["epoch_sums"].items()}
+        done = self.position.step_in_epoch  # a state without counts: every component came every step
+        self.epoch_counts = dict(state.get("epoch_counts", dict.fromkeys(self.epoch_sums, done)))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.consecutive_skips = int(state.get("consecutive_skips", 0))
+        self.objective.steps = self.position.global_step  # one objective step per optimiser step
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])

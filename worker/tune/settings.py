@@ -1,0 +1,61 @@
+"""Where a sweep keeps its state, from the environment only: data dir, Tune storage, MLflow store.
+
+| setting            | environment                  | default                                   |
+|--------------------|------------------------------|-------------------------------------------|
+| data directory     | `SMARTUNE_DATA_DIR`          | `~/.smartune`                             |
+| Tune storage path  | `SMARTUNE_STORAGE_PATH`      | `<data dir>/ray_results` (or `s3://...`)  |
+| MLflow tracking    | `MLFLOW_TRACKING_URI`        | `sqlite:///<data dir>/mlflow.db`          |
+| MLflow artifacts   | `SMARTUNE_MLFLOW_ARTIFACTS`  | `<data dir>/mlartifacts` (new experiments |
+|                    |                              | in a local store only; a server decides)  |
+| MLflow experiment  | `SMARTUNE_MLFLOW_EXPERIMENT` | `smartune`                                |
+
+The Tune storage path lies outside Ray's session directory so that a new Ray head can resume a sweep.
+Standard library only: no torch, no ray, no mlflow.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _is_uri(value: str) -> bool:
+    return "://" in value
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    storage_path: str  # a local folder (absolute) or a pyarrow URI such as s3://bucket/prefix
+    tracking_uri: str
+    artifact_root: str | None  # artifact location of a newly created experiment; None = the store decides
+    experiment: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, storage_path: str | None = None) -> Settings:
+        data_dir = Path(environ.get("SMARTUNE_DATA_DIR", "") or "~/.smartune").expanduser().resolve()
+        storage = storage_path or environ.get("SMARTUNE_STORAGE_PATH", "") or str(data_dir / "ray_results")
+        if not _is_uri(storage):
+            storage = str(Path(storage).expanduser().resolve())
+        tracking = environ.get("MLFLOW_TRACKING_URI", "") or f"sqlite:///{data_dir / 'mlflow.db'}"
+        local_store = tracking.startswith(("sqlite:", "file:")) or not _is_uri(tracking)
+        artifacts = environ.get("SMARTUNE_MLFLOW_ARTIFACTS", "") or (
+            (data_dir / "mlartifacts").as_uri() if local_store else None
+        )
+        experiment = environ.get("SMARTUNE_MLFLOW_EXPERIMENT", "") or "smartune"
+        return cls(data_dir, storage, tracking, artifacts, experiment)
+
+    def prepare(self) -> None:
+        """Creates the local folders (the data dir, a local storage path); URIs are left to their store."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not _is_uri(self.storage_path):
+            Path(self.storage_path).mkdir(parents=True, exist_ok=True)
+
+    def experiment_path(self, job_id: str) -> str:
+        """The Tune experiment folder of a job: `<storage path>/<job id>` (the experiment name is the job id)."""
+        if _is_uri(self.storage_path):
+            return posixpath.join(self.storage_path, job_id)
+        return str(Path(self.storage_path) / job_id)

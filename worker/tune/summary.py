@@ -1,0 +1,97 @@
+"""The summary of a sweep: trials by state, per-cell mean and std over seeds, and the best trial.
+
+Pure data in, JSON-able dict out (no Ray, no MLflow): the driver collects one `TrialOutcome` per trial
+and logs the result on the parent run and as the last line of its stdout. A trial's value is its best
+epoch's main metric (the paper's model selection on dev). Cell statistics use the trials that reported
+at least one epoch (TERMINATED, and STOPPED ones with the value they had reached); failed trials are
+listed in their cell but not averaged. `std` is the sample standard deviation (n - 1), null for n < 2.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.contract.grid import cell_key
+from worker.contract.tags import STATES, State
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    trial_id: str
+    state: State
+    cell: Mapping[str, Any]  # the trial's values on the cell axes (not the seed)
+    seed: int
+    value: float | None  # best epoch's main metric; None before the first epoch
+    epochs_done: int = 0
+    run_id: str | None = None
+    checkpoint_uri: str | None = None
+    error_class: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def cells(outcomes: Iterable[TrialOutcome]) -> list[dict[str, Any]]:
+    groups: dict[str, list[TrialOutcome]] = {}
+    for outcome in outcomes:
+        groups.setdefault(cell_key(outcome.cell), []).append(outcome)
+    out = []
+    for members in groups.values():
+        values = [v for m in members if m.state != "ERROR" and (v := _finite(m.value)) is not None]
+        out.append(
+            {
+                "params": dict(members[0].cell),
+                "n": len(values),
+                "mean": statistics.fmean(values) if values else None,
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "trial_ids": sorted(m.trial_id for m in members),
+            }
+        )
+    return out
+
+
+def build_summary(
+    *,
+    job_id: str,
+    tracking_uri: str,
+    parent_run_id: str,
+    main_metric: str,
+    outcomes: list[TrialOutcome],
+) -> dict[str, Any]:
+    by_state = dict.fromkeys(STATES, 0)
+    for outcome in outcomes:
+        by_state[outcome.state] += 1
+    ranked = [o for o in outcomes if o.state != "ERROR" and _finite(o.value) is not None]
+    best = max(ranked, key=lambda o: (o.value, -o.seed), default=None)
+    return {
+        "job_id": job_id,
+        "tracking_uri": tracking_uri,
+        "parent_run_id": parent_run_id,
+        "main_metric": main_metric,
+        "trials_by_state": by_state,
+        "cells": cells(outcomes),
+        "best": None
+        if best is None
+        else {
+            "params": {**best.cell, "seed": best.seed},
+            "value": best.value,
+            "run_id": best.run_id,
+            "checkpoint_uri": best.checkpoint_uri,
+            "trial_id": best.trial_id,
+        },
+    }
+
+
+def summary_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
+    """The summary's numbers as parent-run metrics."""
+    metrics = {f"trials_{state.lower()}": float(n) for state, n in summary["trials_by_state"].items()}
+    metrics["trials_total"] = float(sum(summary["trials_by_state"].values()))
+    if summary["best"] is not None:
+        metrics["best_score"] = float(summary["best"]["value"])
+    return metrics

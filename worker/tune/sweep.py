@@ -1,0 +1,272 @@
+"""The sweep driver: one job spec in, a Ray Tune grid out, every trial recorded in MLflow.
+
+`python -m worker.tune.sweep --job-id JOB --attempt N` is what a Ray job runs (spec JSON in
+`SMARTUNE_JOB_SPEC`, or `--spec-json JSON`, or `--spec FILE` in YAML or JSON); `smartune sweep` calls
+`run_sweep` for a local run. The Tune experiment is named after the job id under the storage path, so
+attempt N+1 restores attempt N's experiment (unfinished and errored trials resume from their last
+checkpoints) instead of starting over. Exit codes: 0 when the sweep ran (even with failed trials; the
+summary JSON is the last line of stdout), 2 for an invalid spec (before Ray starts), 1 when the sweep
+could not run, 130 when interrupted (rerun the same job id to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import ray
+from mlflow import MlflowClient
+from ray import tune
+
+from worker.contract.sources import SourceError, classify
+from worker.contract.spec import JobSpec
+from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
+from worker.contract.tags import ERROR_MESSAGE
+from worker.contract.tasks import get_task
+from worker.contract.trial import TrainConfig
+from worker.training.models import describe_model
+from worker.training.trial_data import data_files
+from worker.tune.callbacks import TrialStateCallback
+from worker.tune.checkpoints import ensure_restorable
+from worker.tune.outcomes import collect_outcomes, main_metric_of
+from worker.tune.progress import LiveTable
+from worker.tune.settings import Settings
+from worker.tune.summary import build_summary, summary_metrics
+from worker.tune.tracking import (
+    SpecMismatchError,
+    TrackingTarget,
+    close_stale_children,
+    ensure_experiment,
+    log_metrics,
+    open_parent,
+)
+from worker.tune.trainable import TrialContext, train_trial
+from worker.tune.tuning import (
+    TrialResolver,
+    cell_axes,
+    param_space,
+    resources,
+    run_config,
+    trial_configs,
+    tune_config,
+)
+
+SPEC_ENV = "SMARTUNE_JOB_SPEC"
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+logger = logging.getLogger("smartune.sweep")
+
+
+class SweepInterrupted(RuntimeError):
+    """The sweep stopped before all trials ended (Ctrl+C); its state is saved and resumable."""
+
+
+def default_job_id(spec: JobSpec) -> str:
+    """A local run's job id: the spec's name (or `sweep`) and its hash, so rerunning a spec resumes it."""
+    stem = "".join(c if c.isalnum() or c in "-_" else "-" for c in (spec.name or "sweep"))[:60]
+    return f"{stem}-{spec.spec_hash()[:10]}"
+
+
+def check_job_id(job_id: str) -> str:
+    """A job id names a folder (the Tune experiment) and is matched in MLflow filters: keep it plain."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise SpecError(f"--job-id: {job_id!r} must be 1-128 letters, digits, '.', '_' or '-'")
+    return job_id
+
+
+def load_spec(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> JobSpec:
+    if args.spec_json:
+        return spec_from_text(args.spec_json, "--spec-json")
+    if args.spec:
+        return spec_from_file(Path(args.spec))
+    if environ.get(SPEC_ENV):
+        return spec_from_text(environ[SPEC_ENV], SPEC_ENV)
+    raise SpecError(f"no job spec: pass --spec FILE or --spec-json JSON, or set {SPEC_ENV}")
+
+
+def preflight(spec: JobSpec) -> None:
+    """Checks that need the file system or the model registry; raises SpecError naming the field."""
+    try:
+        describe_model(spec.model)
+    except ValueError as err:
+        message = str(err) if str(err).startswith("model:") else f"model: {err}"
+        raise SpecError(f"invalid job spec:\n{message}") from None
+    try:
+        source = classify(spec.data, "data") if spec.data is not None else None
+    except SourceError as err:
+        raise SpecError(f"invalid job spec:\n{err}") from None
+    if source is not None and source.kind == "local" and not source.path.exists():
+        raise SpecError(f"invalid job spec:\ndata: no such file or folder: {spec.data}")
+    one_per_task = {t["task"]: t for t in reversed(trial_configs(spec, spec.resources.cpus))}
+    for trial in one_per_task.values():
+        config = TrainConfig.from_dict(trial)
+        task = get_task(config.task)
+        if config.data and Path(config.data).is_dir():
+            needed = 1 + len(task.eval_splits)  # train + every eval split
+            if len(data_files(config, task)) < needed:
+                raise SpecError(
+                    f"invalid job spec:\ndata: {config.data} has no train/{'/'.join(task.eval_splits)} files "
+                    f"for task {task.name!r}"
+                )
+
+
+def connect_ray() -> bool:
+    """Ray as the contract says: `RAY_ADDRESS` if set, else the running one (tests), else a local one.
+    Returns whether this process connected (and so disconnects at the end)."""
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+    else:  # "local": start one even when a `ray start` cluster runs on this machine (only RAY_ADDRESS joins)
+        ray.init(address="local", include_dashboard=False)
+    return True
+
+
+def check_resources(spec: JobSpec) -> None:
+    have = ray.cluster_resources()
+    need = {"CPU": spec.resources.cpus, "GPU": spec.resources.gpus}
+    short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
+    if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
+        wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
+        raise RuntimeError(
+            f"a trial needs {wanted} but the Ray cluster has "
+            f"{', '.join(f'{have.get(k, 0.0):g} {k}' for k in short)}; set SMARTUNE_WAIT_FOR_RESOURCES=1 "
+            "to wait for an autoscaler instead"
+        )
+
+
+def run_sweep(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    attempt: int = 1,
+    settings: Settings | None = None,
+    table: TextIO | None = None,
+) -> dict[str, Any]:
+    """Runs (or resumes) the sweep on the connected Ray cluster and returns its summary."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's own console output off (verbose=0)
+    # One small checkpoint per epoch is the design here, not a bottleneck to warn about.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    settings = settings or Settings.from_env()
+    settings.prepare()
+    check_resources(spec)
+    trials, axes = trial_configs(spec, spec.resources.cpus), cell_axes(spec)
+    client = MlflowClient(tracking_uri=settings.tracking_uri)
+    target = TrackingTarget(
+        settings.tracking_uri, ensure_experiment(client, settings.experiment, settings.artifact_root), job_id
+    )
+    path = settings.experiment_path(job_id)
+    resuming = tune.Tuner.can_restore(path)
+    parent_id = open_parent(
+        client, target, attempt, spec.spec_hash(), spec.canonical_json(), sweep_params(spec, trials)
+    )
+    stale = close_stale_children(client, target, resuming)
+    logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
+                f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
+    context = TrialContext(target, parent_id, attempt, axes, path)
+    resolver = TrialResolver(axes)
+    trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
+    space = param_space(spec, trials)
+    if resuming:
+        for note in ensure_restorable(path):
+            logger.warning("resume: %s; the trial picks its newest usable checkpoint", note)
+        tuner = tune.Tuner.restore(
+            path, trainable=trainable, resume_unfinished=True, resume_errored=True, param_space=space
+        )
+    else:
+        callbacks = [TrialStateCallback(target, parent_id, resolver), LiveTable(resolver, table)]
+        tuner = tune.Tuner(
+            trainable,
+            param_space=space,
+            tune_config=tune_config(spec, trials),
+            run_config=run_config(spec, job_id, settings, callbacks),
+        )
+    try:
+        results = tuner.fit()
+        if results.num_terminated + results.num_errors < len(results):
+            raise SweepInterrupted(f"interrupted; rerun with job id {job_id!r} to resume from {path}")
+    except BaseException as err:
+        client.set_tag(parent_id, ERROR_MESSAGE, f"{type(err).__name__}: {err}"[-4000:])
+        client.set_terminated(
+            parent_id, "KILLED" if isinstance(err, SweepInterrupted | KeyboardInterrupt) else "FAILED"
+        )
+        close_stale_children(client, target, resuming=True)
+        raise
+    outcomes = collect_outcomes(results, client, target, parent_id, resolver)
+    summary = build_summary(job_id=job_id, tracking_uri=settings.tracking_uri, parent_run_id=parent_id,
+                            main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
+    log_metrics(client, parent_id, summary_metrics(summary), step=attempt)
+    client.log_dict(parent_id, summary, "summary.json")
+    client.set_terminated(parent_id, "FINISHED")
+    return summary
+
+
+def sweep_params(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, str]:
+    """The parent run's params: what the sweep is, at a glance (the whole spec is its spec.json)."""
+    return {
+        "task": ",".join(spec.tasks),
+        "model": spec.model,
+        "method": spec.method,
+        "preset": str(spec.search_space.preset),
+        "axes": ",".join(sorted(spec.grid_axes()) + sorted(spec.sampled_axes())),
+        "seeds": json.dumps(spec.seeds),
+        "trials": str(len(trials)),
+        "search": spec.search.algorithm + ("+asha" if spec.search.asha else ""),
+        "resources": json.dumps(spec.resources.model_dump()),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m worker.tune.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--job-id", help="the job id (Tune experiment name, MLflow parent run name)")
+    p.add_argument("--attempt", type=int, default=1, help="the job's attempt number (1, 2, ...)")
+    p.add_argument("--spec", help="a job spec file (YAML or JSON)")
+    p.add_argument("--spec-json", help=f"the job spec as inline JSON (default: ${SPEC_ENV})")
+    p.add_argument(
+        "--storage-path", help="Tune storage: a folder or s3://... (default: $SMARTUNE_STORAGE_PATH)"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        spec = load_spec(args)
+        job_id = check_job_id(args.job_id or default_job_id(spec))
+        preflight(spec)
+    except SpecError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    settings = Settings.from_env(storage_path=args.storage_path)
+    owned = False
+    try:
+        owned = connect_ray()
+        summary = run_sweep(spec, job_id=job_id, attempt=args.attempt, settings=settings, table=table)
+    except SpecMismatchError as err:
+        print(f"invalid job: {err}", file=sys.stderr)
+        return 2
+    except (SweepInterrupted, KeyboardInterrupt) as err:
+        print(f"sweep {job_id}: {err or 'interrupted'}", file=sys.stderr)
+        return 130
+    except Exception as err:
+        logger.exception("sweep %s could not run", job_id)
+        print(f"sweep {job_id} could not run: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if owned:
+            ray.shutdown()  # stops trial log forwarding, so the summary stays the last line of stdout
+    sys.stdout.flush()
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""The Ray Tune trainable: one trial is one fine-tuning run, reported to Tune and to its MLflow child run.
+
+The only place (with the driver's callbacks) that talks to Tune and MLflow; the training itself is
+`worker.training.finetune.run_training`. After every epoch the trial logs the epoch's metrics to its run, logs
+the model as the run's `best_checkpoint` artifact when the epoch is the best so far, and reports to Tune
+with a checkpoint of the whole `TrainingSession` state (weights, optimiser, scheduler, momentum teacher,
+position, RNG states, running sums) plus the epoch history. A retried or resumed trial restores that
+state, continues its own MLflow run, and ends exactly where an uninterrupted run ends (on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from ray import tune
+from transformers.utils import logging as hf_logging
+
+from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, classify
+from worker.contract.grid import ResolvedTrial, cell_key
+from worker.contract.tags import (
+    ATTEMPT,
+    BEST_CHECKPOINT,
+    BEST_CHECKPOINT_URI,
+    BEST_EPOCH,
+    CELL,
+    ERROR_ATTEMPT,
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    PROVENANCE_PREFIX,
+    RESTORE_NOTE,
+    RESUMED_FROM_EPOCH,
+    STARTS,
+    STATE,
+)
+from worker.contract.trial import TrainConfig
+from worker.training.finetune import RunCallbacks, run_training, save_checkpoint
+from worker.training.models import describe_model, model_digest
+from worker.training.provenance import environment, files_digest
+from worker.training.session import TrainingSession
+from worker.training.trial_data import data_files
+from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state
+from worker.tune.tracking import (
+    TrackingTarget,
+    clear_tags,
+    flat_params,
+    log_metrics,
+    open_trial_run,
+    retrying,
+    set_tags,
+)
+from worker.tune.tuning import resolve_trial, trial_dir_name
+
+_ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial of one job attempt shares; re-specified on each attempt (Tuner.restore)."""
+
+    target: TrackingTarget
+    parent_run_id: str
+    attempt: int
+    cell_axes: tuple[str, ...]
+    experiment_path: str | None = None  # the sweep's Tune storage folder: where a trial finds its checkpoints
+
+
+def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
+    """One epoch as flat floats: `score` (the main dev metric, what Tune optimises), `eval_*` dev metrics,
+    `train_*` means of the objective's components (R_s, D_Breg, perturbation sizes, ...)."""
+    out = {
+        "epoch": float(record["epoch"]),
+        "score": float(record["metrics"][main]),
+        "best_score": float(best),
+        "train_loss": float(record["train_loss"]),
+        "train_seconds": float(record["train_seconds"]),
+        "examples_per_s": float(record["examples_per_s"]),
+    }
+    out |= {f"eval_{k}": float(v) for k, v in record["metrics"].items()}
+    out |= {f"train_{k}": float(v) for k, v in record["components"].items() if k != "loss"}
+    return out
+
+
+def _provenance_tags(session: TrainingSession, config: TrainConfig, initial_digest: str) -> dict[str, Any]:
+    env = environment(session.device, config.deterministic)
+    files = data_files(config, session.task)
+    tags = {f"{PROVENANCE_PREFIX}{k}": v for k, v in env.items()}
+    tags |= {
+        f"{PROVENANCE_PREFIX}seed": config.seed,
+        f"{PROVENANCE_PREFIX}data_source": config.data,
+        f"{PROVENANCE_PREFIX}data_files": json.dumps([str(p) for p in files]),
+        f"{PROVENANCE_PREFIX}data_sha256": files_digest(files) if files else "n/a (hub dataset)",
+        f"{PROVENANCE_PREFIX}initial_model_sha256": initial_digest,
+        f"{PROVENANCE_PREFIX}model_source": json.dumps(describe_model(config.model), default=str),
+    }
+    if "git_commit" in env:
+        tags["mlflow.source.git.commit"] = env["git_commit"]
+    return tags
+
+
+def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> None:
+    """Within one job attempt, a `nan` or `data` failure would only repeat: fail at once, keep the tags."""
+    tags = run.data.tags
+    if tags.get(ERROR_ATTEMPT) == str(attempt) and tags.get(ERROR_CLASS) in NON_RETRYABLE:
+        raise RepeatedFailure(tags[ERROR_CLASS], tags.get(ERROR_MESSAGE, ""))  # type: ignore[arg-type]
+    clear_tags(client, run, _ERROR_TAGS)
+
+
+def _log_best(client: MlflowClient, run: Run, session: TrainingSession, record: Mapping[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        save_checkpoint(session, Path(tmp))  # weights + config + tokenizer, loadable with from_pretrained
+        (Path(tmp) / "best.json").write_text(
+            json.dumps({"epoch": record["epoch"], "metrics": record["metrics"]})
+        )
+        retrying(lambda: client.log_artifacts(run.info.run_id, tmp, BEST_CHECKPOINT))
+    uri = f"{run.info.artifact_uri.rstrip('/')}/{BEST_CHECKPOINT}"
+    set_tags(client, run.info.run_id, {BEST_CHECKPOINT_URI: uri, BEST_EPOCH: record["epoch"]})
+
+
+Reporter = Callable[[dict[str, float], Path], None]  # (epoch metrics, folder holding the epoch's state)
+
+
+def tune_reporter(metrics: dict[str, float], folder: Path) -> None:
+    """Reports the epoch to Tune; Tune copies the folder into the storage path before returning."""
+    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+
+
+def _report_state(report: Reporter, metrics: dict[str, float], state: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        write_state(Path(tmp), state)
+        report(metrics, Path(tmp))
+
+
+def run_trial(
+    config: TrainConfig,
+    client: MlflowClient,
+    run: Run,
+    restored: RestorePoint,
+    report: Reporter = tune_reporter,
+) -> None:
+    """Trains one trial to its last epoch: MLflow metrics and best checkpoint per epoch, and `report`
+    with the full session state (what a retry restores). Outside Tune, `report` stores it elsewhere."""
+    run_id = run.info.run_id
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the job log
+    session = TrainingSession.build(config)
+    set_tags(client, run_id, _provenance_tags(session, config, model_digest(session.model)))
+    history: list[dict[str, Any]] = []
+    if restored.state is not None:
+        session.load_state_dict(restored.state["session"])
+        history = list(restored.state["history"])
+    main = session.task.main_metric
+    best = max((r["metrics"][main] for r in history), default=float("nan"))
+    if restored.substituted and history:
+        # Tune's view of this trial is older than the state it resumes from: report the last epoch
+        # again, so its results, scheduler and next checkpoint agree with the training (even when the
+        # state is the last epoch's and nothing is left to train).
+        _report_state(report, epoch_metrics(history[-1], main, best), restored.state or {})
+
+    def on_epoch_end(session: TrainingSession, record: dict[str, Any], is_best: bool) -> None:
+        nonlocal best
+        history.append(record)
+        best = record["metrics"][main] if is_best else best
+        metrics = epoch_metrics(record, main, best)
+        # Metrics before the checkpoint: a kill in between re-logs the same values after the exact resume.
+        log_metrics(client, run_id, metrics, step=record["epoch"])
+        if is_best:
+            _log_best(client, run, session, record)
+        _report_state(report, metrics, {"session": session.state_dict(), "history": history})
+
+    result = run_training(config, None, RunCallbacks(on_epoch_end=on_epoch_end), session, list(history))
+    final = {
+        "best_epoch": float(result["best_epoch"]),
+        "nonfinite_skips": float(result["nonfinite_skips"]),
+        "mean_examples_per_s": float(result["examples_per_s"]),
+    }
+    log_metrics(client, run_id, final, step=len(result["epochs"]))
+
+
+def open_run(context: TrialContext, trial_id: str, trial: ResolvedTrial) -> tuple[MlflowClient, Run]:
+    """The trial's child run (found again on a retry, else created with the resolved config as params)."""
+    client = context.target.client()
+    run = open_trial_run(
+        client,
+        context.target,
+        trial_id=trial_id,
+        parent_run_id=context.parent_run_id,
+        run_name=f"{trial_id} {trial.label} seed={trial.seed}".replace("  ", " ")[:250],
+        tags={ATTEMPT: context.attempt, CELL: cell_key(trial.cell)},
+        params=flat_params(trial.config.to_dict()),
+    )
+    return client, run
+
+
+def start_tags(
+    run: Run,
+    attempt: int,
+    restored: RestorePoint,
+    resources: Mapping[str, float],
+    gpu_ids: list[Any],
+) -> dict[str, Any]:
+    """Tags of a (re)start: RUNNING, which attempt, how many starts, from which epoch, where it runs,
+    and, when the checkpoint Tune named was unusable, what the trial did instead."""
+    return {
+        STATE: "RUNNING",
+        ATTEMPT: attempt,
+        STARTS: int(run.data.tags.get(STARTS, "0")) + 1,
+        RESUMED_FROM_EPOCH: restored.epochs_done,
+        RESTORE_NOTE: restored.note or None,
+        "smartune.pid": os.getpid(),
+        "smartune.host": socket.gethostname(),
+        "smartune.resources": json.dumps(resources, sort_keys=True),
+        "smartune.gpu_ids": json.dumps([str(i) for i in gpu_ids]),
+    }
+
+
+def train_trial(config: dict[str, Any], context: TrialContext) -> None:
+    """Tune's function trainable (bind `context` with `tune.with_parameters`)."""
+    logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
+    tune_context = tune.get_context()
+    trial = resolve_trial(config, context.cell_axes)
+    client, run = open_run(context, tune_context.get_trial_id(), trial)
+    folder = None
+    if context.experiment_path is not None:
+        folder = trial_folder(context.experiment_path, trial_dir_name(tune_context.get_trial_id()))
+    restored = restore_point(tune.get_checkpoint(), folder)
+    resources = tune_context.get_trial_resources().required_resources
+    set_tags(
+        client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
+    )
+    _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
+    try:
+        run_trial(trial.config, client, run, restored)
+    except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
+        set_tags(
+            client,
+            run.info.run_id,
+            {
+                ERROR_CLASS: classify(err),
+                ERROR_MESSAGE: f"{type(err).__name__}: {err}"[-4000:],
+                ERROR_ATTEMPT: context.attempt,
+            },
+        )
+        raise

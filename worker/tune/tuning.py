@@ -1,0 +1,153 @@
+"""From a job spec to Ray Tune's pieces: trial configs, search space, scheduler, run and tune configs.
+
+Tune sees each trial's config as `{"train": <TrainConfig dict>, "sampled": {<axis>: <value>}}`: the
+deduplicated grid (JobSpec.trials, equivalent cells once) goes in as one `grid_search` over whole
+configs; random axes are Tune domains under `sampled`, drawn per trial and merged by `resolve_trial`.
+Paths are made absolute here, because a trial runs in its own working directory (and maybe on another
+node, where the same absolute path must exist).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ray import tune
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+from worker.contract.grid import ResolvedTrial, resolve
+from worker.contract.sources import default_data_source
+from worker.contract.spec import Axis, JobSpec
+from worker.contract.tags import State
+from worker.tune.settings import Settings
+
+METRIC, MODE = "score", "max"  # Tune optimises the main metric of the trial's task, reported as "score"
+TIME_ATTR = "epoch"  # ASHA's clock; survives restores, unlike training_iteration
+# Checkpoints kept per trial, the newest ones. Not ranked by score: the best model lives in MLflow, and a
+# resume needs the latest. Two, because Tune drops a superseded checkpoint before the experiment state
+# naming its successor reaches storage; with two kept, a driver killed in that window still finds the
+# named folder (worker.tune.checkpoints covers the rarer, longer lags).
+KEPT_CHECKPOINTS = 2
+
+
+def trial_configs(spec: JobSpec, cpus_per_trial: float) -> list[dict[str, Any]]:
+    """The spec's deduplicated trials, `data: null` resolved and torch threads = the trial's CPUs."""
+    data = spec.data if spec.data is not None else default_data_source()
+    out = []
+    for trial in spec.trials():
+        trial["data"] = data
+        if trial.get("num_threads") is None:
+            trial["num_threads"] = max(1, math.floor(cpus_per_trial))
+        out.append(trial)
+    return out
+
+
+def _domain(axis: Axis) -> Any:
+    if axis.type == "choice":
+        return tune.choice(list(axis.values or []))
+    assert axis.low is not None and axis.high is not None  # checked by Axis
+    return (tune.uniform if axis.type == "uniform" else tune.loguniform)(axis.low, axis.high)
+
+
+def param_space(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, Any]:
+    space: dict[str, Any] = {"train": tune.grid_search(trials)}
+    sampled = spec.sampled_axes()
+    if sampled:
+        space["sampled"] = {name: _domain(axis) for name, axis in sorted(sampled.items())}
+    return space
+
+
+def resolve_trial(config: Mapping[str, Any], axes: tuple[str, ...]) -> ResolvedTrial:
+    """A Tune trial config ({"train": grid values, "sampled": random values}) -> the trial it trains."""
+    return resolve(config["train"], config.get("sampled"), axes)
+
+
+class TrialResolver:
+    """The ResolvedTrial of each Tune trial, made once; the driver's callbacks share one (plain data, so
+    Tune can pickle them into its experiment state)."""
+
+    def __init__(self, axes: tuple[str, ...]) -> None:
+        self.axes = axes
+        self._resolved: dict[str, ResolvedTrial] = {}
+
+    def __call__(self, trial_id: str, config: Mapping[str, Any]) -> ResolvedTrial:
+        if trial_id not in self._resolved:
+            self._resolved[trial_id] = resolve_trial(config, self.axes)
+        return self._resolved[trial_id]
+
+
+def cell_axes(spec: JobSpec) -> tuple[str, ...]:
+    """The axes that tell cells apart: grid axes with more than one value (not the seed), random axes."""
+    grid = [name for name, values in spec.grid_axes().items() if name != "seed" and len(values) > 1]
+    return tuple(grid + sorted(spec.sampled_axes()))
+
+
+def trial_state(status: str, epochs_done: int, planned: int) -> State:
+    """Tune's status -> the contract's state; a trial that ended before its last epoch was STOPPED
+    (ASHA or the time budget)."""
+    if status == Trial.ERROR:
+        return "ERROR"
+    if status in (Trial.PENDING, Trial.PAUSED):
+        return "PENDING"
+    if status == Trial.RUNNING:
+        return "RUNNING"
+    return "TERMINATED" if epochs_done >= planned else "STOPPED"
+
+
+def scheduler(spec: JobSpec, trials: list[dict[str, Any]]) -> TrialScheduler | None:
+    if spec.search.asha is None:
+        return None
+    return ASHAScheduler(
+        time_attr=TIME_ATTR,
+        max_t=max(int(t["epochs"]) for t in trials),
+        grace_period=spec.search.asha.grace_period,
+        reduction_factor=spec.search.asha.reduction_factor,
+    )
+
+
+def trial_dir_name(trial_id: str) -> str:
+    return f"trial_{trial_id}"  # short: the default embeds the whole config
+
+
+def trial_name(trial: Trial) -> str:
+    return trial_dir_name(trial.trial_id)
+
+
+def tune_config(spec: JobSpec, trials: list[dict[str, Any]]) -> tune.TuneConfig:
+    # A pure grid is deterministic per cell: repeating it would only run duplicates.
+    samples = spec.search.num_samples if spec.sampled_axes() else 1
+    return tune.TuneConfig(
+        metric=METRIC,
+        mode=MODE,
+        scheduler=scheduler(spec, trials),
+        num_samples=samples,
+        max_concurrent_trials=spec.limits.max_concurrent_trials,
+        time_budget_s=spec.limits.time_budget_s,
+        # One worker process runs trial after trial: no re-import of torch/transformers per trial. Each
+        # trial rebuilds its session and reseeds everything, so results do not depend on reuse.
+        reuse_actors=True,
+        trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
+    )
+
+
+def run_config(
+    spec: JobSpec, job_id: str, settings: Settings, callbacks: list[tune.Callback]
+) -> tune.RunConfig:
+    return tune.RunConfig(
+        name=job_id,  # so attempt N+1 of the job finds attempt N's experiment under the storage path
+        storage_path=settings.storage_path,
+        failure_config=tune.FailureConfig(max_failures=spec.limits.max_retries),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=KEPT_CHECKPOINTS),
+        callbacks=callbacks,
+        verbose=0,  # the live table (worker.tune.progress) reports instead
+    )
+
+
+def resources(spec: JobSpec) -> dict[str, float]:
+    out = {"cpu": spec.resources.cpus}
+    if spec.resources.gpus:
+        out["gpu"] = spec.resources.gpus
+    return out
