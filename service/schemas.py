@@ -1,18 +1,15 @@
 """The API's pydantic models, by family: `XCreate` / `XUpdate` in, `XPublic` / `XsPublic(data, count)` out.
 
-The job spec itself is `worker.contract.spec.JobSpec` (the contract shared with the sweep driver), not redefined here;
-`JobSubmission` only makes sure every way a spec can be wrong answers 422.
+The job spec itself is `worker.contract.spec.JobSpec` (the contract shared with the sweep driver), not
+redefined here.
 """
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
-
-from worker.contract.spec import JobSpec
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Message(BaseModel):
@@ -94,42 +91,6 @@ class WhoAmI(BaseModel):
 
 
 # --- jobs ----------------------------------------------------------------------------------------------
-
-
-class JobSubmission(JobSpec):
-    """The submitted spec: `JobSpec`, with any failure of its checks reported as a 422, never a 500, and its
-    grid expanded and its canonical JSON written once (validation expands it; the trial count reuses it)."""
-
-    model_config = ConfigDict(title="JobSpec")
-    _trials: list[dict[str, Any]] | None = PrivateAttr(None)
-
-    _canonical: str | None = PrivateAttr(None)
-
-    def trials(self) -> list[dict[str, Any]]:
-        if self._trials is None:
-            self._trials = super().trials()
-        return self._trials
-
-    def canonical_json(self) -> str:
-        if self._canonical is None:
-            self._canonical = super().canonical_json()
-        return self._canonical
-
-    def spec_hash(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _client_errors(cls, data: Any, handler: ModelWrapValidatorHandler[JobSubmission]) -> JobSubmission:
-        try:
-            return handler(data)
-        except (
-            TypeError,
-            ArithmeticError,
-            LookupError,
-            AttributeError,
-        ) as err:  # e.g. a str where a number goes
-            raise ValueError(f"invalid spec: {err}") from err
 
 
 class TrialPublic(_ORM):

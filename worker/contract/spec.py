@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     ValidationInfo,
     create_model,
@@ -176,6 +177,17 @@ class JobSpec(_Strict):
     limits: Limits = Field(default_factory=Limits)
 
     _plan: list[dict[str, Any]] | None = PrivateAttr(default=None)  # the deduplicated trials, made once
+    _canonical: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _client_errors(cls, data: Any, handler: ModelWrapValidatorHandler[JobSpec]) -> JobSpec:
+        """Every way a document can be wrong is a validation error (a 422 over REST), never a crash: a
+        string where a number goes can raise TypeError deep inside a check."""
+        try:
+            return handler(data)
+        except (TypeError, ArithmeticError, LookupError, AttributeError) as err:
+            raise ValueError(f"invalid spec: {err}") from err
 
     @field_validator("task")
     @classmethod
@@ -275,7 +287,10 @@ class JobSpec(_Strict):
         return [dict(trial) for trial in self._plan]
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """The spec as sorted, compact JSON: what travels to the driver and what `spec_hash` hashes."""
+        if self._canonical is None:
+            self._canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return self._canonical
 
     def spec_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

@@ -30,7 +30,8 @@ from service.api.views import job_detail, job_public
 from service.errors import ApiError, not_found
 from service.models import Job, JobState, Team
 from service.ray_jobs import RayUnavailable
-from service.schemas import ErrorBody, JobDetail, JobPublic, JobsPublic, JobSubmission, JobSubmitted
+from service.schemas import ErrorBody, JobDetail, JobPublic, JobsPublic, JobSubmitted
+from worker.contract.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -61,7 +62,7 @@ def _job(session: SessionDep, key: CurrentKey, job_id: str, *, for_update: bool 
     },
 )
 async def create_job(
-    spec: Annotated[JobSubmission, Body(openapi_examples=SPEC_EXAMPLES)],
+    spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     session: WriteSessionDep,
     key: TeamKey,
     settings: SettingsDep,
