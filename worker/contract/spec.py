@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
@@ -16,7 +18,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
-    PrivateAttr,
     ValidationInfo,
     create_model,
     field_validator,
@@ -176,9 +177,6 @@ class JobSpec(_Strict):
     priority: int = Field(0, ge=-100, le=100)
     limits: Limits = Field(default_factory=Limits)
 
-    _plan: list[dict[str, Any]] | None = PrivateAttr(default=None)  # the deduplicated trials, made once
-    _canonical: str | None = PrivateAttr(default=None)
-
     @model_validator(mode="wrap")
     @classmethod
     def _client_errors(cls, data: Any, handler: ModelWrapValidatorHandler[JobSpec]) -> JobSpec:
@@ -282,15 +280,28 @@ class JobSpec(_Strict):
     def trials(self) -> list[dict[str, Any]]:
         """The deduplicated trial configurations of the grid (sampled axes are filled in by Tune); expanded
         and validated once per spec, a fresh copy of each on every call."""
-        if self._plan is None:
-            self._plan = expand_grid(self.base_values(), self.grid_axes())[0]
         return [dict(trial) for trial in self._plan]
+
+    # Caches live in cached properties, not private attributes: pydantic's equality compares private
+    # attributes, and two equal specs must stay equal whichever of them was already expanded or hashed.
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> JobSpec:
+        """A copy with `update` applied; the caches are dropped, since they describe the old values."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cache in ("_plan", "_canonical"):
+            copy.__dict__.pop(cache, None)
+        return copy
+
+    @cached_property
+    def _plan(self) -> list[dict[str, Any]]:
+        return expand_grid(self.base_values(), self.grid_axes())[0]
 
     def canonical_json(self) -> str:
         """The spec as sorted, compact JSON: what travels to the driver and what `spec_hash` hashes."""
-        if self._canonical is None:
-            self._canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return self._canonical
+
+    @cached_property
+    def _canonical(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def spec_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

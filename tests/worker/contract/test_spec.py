@@ -144,3 +144,11 @@ def test_random_axes_are_left_to_tune() -> None:
     # Under grid search a choice axis is a grid axis.
     grid = _spec(search_space={"axes": {"batch_size": {"type": "choice", "values": [16, 32]}}})
     assert not grid.sampled_axes() and len(grid.trials()) == 2
+
+
+def test_a_copy_with_changes_is_hashed_afresh() -> None:
+    spec = spec_from_text("task: rte\nseeds: [1, 2]\n")
+    before, trials = spec.spec_hash(), spec.trials()
+    changed = spec.model_copy(update={"seeds": [3]})
+    assert changed.spec_hash() != before and len(changed.trials()) == 1 and len(trials) == 2
+    assert spec.model_copy() == spec and spec.model_copy().spec_hash() == before
