@@ -1,6 +1,6 @@
-"""The server under test of `smartune bench api`: the real app on SQLite, with a pool of zero GPUs instead of
-Ray (every job stays queued while the engine keeps scheduling) and no MLflow. `python -m bench.api_server
-DATA_DIR PORT`; bench/api_load.py starts and stops it.
+"""The server under test of `smartune bench api`: the real app on SQLite, with a busy one-GPU pool instead of
+Ray (the first job is admitted and runs for ever; every later one stays queued while the engine keeps
+scheduling) and no MLflow. `python -m bench.api_server DATA_DIR PORT`; bench/api_load.py starts and stops it.
 """
 
 from __future__ import annotations
@@ -9,14 +9,20 @@ import sys
 from typing import Any
 
 
-class _ZeroPool:
-    """A Ray stand-in with no GPUs: jobs queue (and the engine schedules every round) but never run."""
+class _BusyPool:
+    """A Ray stand-in with one CPU and one GPU: what is submitted runs for ever, so the pool is full after the first
+    admission and later jobs queue (every job fits the pool, so none is refused at submission)."""
 
-    def submit(self, **_kw: Any) -> None:
-        raise AssertionError("nothing is admitted on an empty pool")
+    def __init__(self) -> None:
+        self.running: set[str] = set()
 
-    def info(self, _sid: str) -> None:
-        return None
+    def submit(self, *, submission_id: str, **_kw: Any) -> None:
+        self.running.add(submission_id)
+
+    def info(self, sid: str) -> Any:
+        from service.ray_jobs import RayJobInfo
+
+        return RayJobInfo("RUNNING", "") if sid in self.running else None
 
     def stop(self, _sid: str) -> bool:
         return False
@@ -27,7 +33,7 @@ class _ZeroPool:
     def capacity(self) -> Any:
         from service.scheduler import Resources
 
-        return Resources(cpus=0.0, gpus=0.0)
+        return Resources(cpus=1.0, gpus=1.0)
 
     def ping(self) -> None:
         return None
@@ -62,7 +68,7 @@ def serve(data_dir: str, port: int) -> None:
         bootstrap_admin=False,
         max_queued_jobs_per_team=100_000,
     )
-    app = create_app(settings, ray=_ZeroPool(), tracker=_NoRuns())  # type: ignore[arg-type]
+    app = create_app(settings, ray=_BusyPool(), tracker=_NoRuns())  # type: ignore[arg-type]
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 

@@ -51,7 +51,14 @@ class Settings(BaseSettings):
     storage_path: str | None = Field(None, description="Tune storage (checkpoints); unset = data dir")
     glue_dir: Path | None = Field(None, description="GLUE folder passed to jobs and allowed as a data root")
     data_roots: Annotated[list[Path], NoDecode] = Field(
-        default_factory=list, description="folders local data/model paths must lie under (os.pathsep list)"
+        default_factory=list,
+        description="folders every team's local data/model paths may lie under (os.pathsep list); empty = "
+        "none but the GLUE folder and the packaged model. Never the data dir: it holds every team's state",
+    )
+    hub_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="hub ids (fnmatch patterns, comma list) a job may download; empty = no hub access, and "
+        "workers run with HF_HUB_OFFLINE=1",
     )
     sweep_module: str = Field("worker.tune.sweep", description="the Ray job entrypoint module")
     entrypoint_python: str | None = Field(None, description="python of the entrypoint; unset = auto")
@@ -59,6 +66,18 @@ class Settings(BaseSettings):
     scheduler_interval_s: float = Field(2.0, gt=0, description="seconds between scheduler rounds")
     capacity_ttl_s: float = Field(10.0, ge=0, description="seconds a read of the pool's capacity is kept")
     max_attempts: int = Field(3, ge=1, description="attempts of a job before a lost one is FAILED")
+    max_job_wall_time_s: float = Field(
+        72 * 3600.0, gt=0, description="a job running longer is stopped and FAILED; caps limits.time_budget_s"
+    )
+    default_gpu_quota: float = Field(1.0, ge=0, description="GPUs a team without its own quota may hold")
+    default_cpu_quota: float = Field(8.0, ge=0, description="CPUs a team without its own quota may hold")
+    max_spec_bytes: int = Field(
+        96 * 1024, ge=1024, description="the spec's canonical JSON: it travels in one environment variable"
+    )
+    ray_timeout_s: float = Field(10.0, gt=0, description="any one call to Ray's dashboard")
+    mlflow_timeout_s: float = Field(30.0, gt=0, description="any one read of a job's runs from MLflow")
+    db_timeout_s: float = Field(5.0, gt=0, description="waiting for a database lock or connection")
+    engine_lease_s: float = Field(30.0, gt=0, description="the engine lease between replicas")
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_cells: int = Field(256, ge=1, description="trials (grid cells x seeds) per job")
     max_seeds: int = Field(10, ge=1)
@@ -68,13 +87,40 @@ class Settings(BaseSettings):
     key_cache_ttl_s: float = Field(
         5.0, ge=0, description="seconds a verified key is trusted without a lookup"
     )
-    bootstrap_admin: bool = Field(True, description="create and print an admin key when there is none")
+    bootstrap_admin: bool = Field(True, description="create an admin key when there is none")
+    bootstrap_key_file: Path | None = Field(
+        None,
+        description="where the bootstrap admin key is written once (mode 0600); unset = <data dir>/admin-key",
+    )
+    # The HTTP layer.
+    rate_limit_per_s: float = Field(20.0, gt=0, description="requests per second and key, on average")
+    rate_limit_burst: int = Field(40, ge=1, description="requests a key may send at once before 429s")
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed by CORS (comma list); empty = closed"
+    )
+    mlflow_ui_protected: bool = Field(
+        False, description="the MLflow UI sits behind authentication: only then does the API hand out links"
+    )
 
     @field_validator("data_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: object) -> object:
         if isinstance(value, str):
             return [p for part in value.split(os.pathsep) for p in part.split(",") if p.strip()]
+        return value
+
+    @field_validator("hub_allow", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("cors_allow_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [o.strip() for o in value.split(",") if o.strip()]
         return value
 
     @field_validator("data_dir", "glue_dir")
@@ -98,10 +144,20 @@ class Settings(BaseSettings):
     def tune_storage(self) -> str:
         return self.storage_path or str(self.data_dir / "ray_results")
 
-    @property
-    def allowed_roots(self) -> list[Path]:
-        roots = [p.expanduser().resolve() for p in self.data_roots] or [self.data_dir]
+    def allowed_roots(self, team_roots: list[str] | None = None) -> list[Path]:
+        """Where a team's local paths may lie: the deployment's roots, the team's own, the GLUE folder."""
+        given: list[Path | str] = [*self.data_roots, *(team_roots or [])]
+        roots = [Path(p).expanduser().resolve() for p in given]
         return roots + ([self.glue_dir] if self.glue_dir else [])
+
+    def team_experiment(self, team: str) -> str:
+        """One MLflow experiment per team: a team's runs never sit beside another's."""
+        return f"{self.mlflow_experiment}-{team}"
+
+    def team_storage(self, team: str) -> str:
+        """Tune storage per team: checkpoints (loaded with torch.load) never shared across teams."""
+        base = self.tune_storage
+        return f"{base.rstrip('/')}/{team}" if "://" in base else str(Path(base) / team)
 
 
 @lru_cache

@@ -47,10 +47,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _sqlite_engine(url: str, *, begin: str, lock: threading.Lock | None = None) -> Engine:
+def _sqlite_engine(url: str, *, begin: str, timeout_s: float, lock: threading.Lock | None = None) -> Engine:
     engine = create_engine(
         url,
-        connect_args={"check_same_thread": False, "timeout": 30},
+        connect_args={"check_same_thread": False, "timeout": timeout_s},
         pool_size=48,  # >= the request thread pool: an SQLite connection is cheap to keep, slow-ish to open
         max_overflow=16,
     )
@@ -62,7 +62,7 @@ def _sqlite_engine(url: str, *, begin: str, lock: threading.Lock | None = None) 
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -110,19 +110,34 @@ def normalize_url(url: str) -> str:
     return f"{scheme}{sep}{rest}"
 
 
-def connect(url: str) -> Database:
-    """Open a job store (creating the SQLite file's folder); no schema changes."""
+def connect(url: str, *, timeout_s: float = 5.0) -> Database:
+    """Open a job store (creating the SQLite file's folder); no schema changes.
+
+    `timeout_s` bounds every wait for the database: SQLite's busy timeout; PostgreSQL's connect timeout
+    and lock timeout. A request that would wait longer fails (a 503 the client may retry) instead of
+    holding a worker thread while a lock is held elsewhere."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         read, write = (
-            _sqlite_engine(url, begin="BEGIN"),
-            _sqlite_engine(url, begin="BEGIN IMMEDIATE", lock=threading.Lock()),
+            _sqlite_engine(url, begin="BEGIN", timeout_s=timeout_s),
+            _sqlite_engine(url, begin="BEGIN IMMEDIATE", timeout_s=timeout_s, lock=threading.Lock()),
         )
     else:
-        read = write = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+        options = {
+            "connect_timeout": max(1, int(timeout_s)),
+            "options": f"-c lock_timeout={int(timeout_s * 1000)}",
+        }
+        read = write = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=10,
+            max_overflow=30,
+            pool_timeout=timeout_s,
+            connect_args=options,
+        )
     return Database(
         url=url,
         engine=read,

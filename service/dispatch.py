@@ -24,19 +24,27 @@ from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
 
 logger = logging.getLogger(__name__)
 
-PASSED_THROUGH = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
+PASSED_THROUGH = ("TOKENIZERS_PARALLELISM",)
 
 
 def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str, str], dict[str, str]]:
-    """The entrypoint, environment and metadata of one attempt (the sweep driver's contract)."""
+    """The entrypoint, environment and metadata of one attempt (the sweep driver's contract).
+
+    Each team has its own Tune storage (checkpoints are unpickled on load) and MLflow experiment; the
+    worker re-checks every file against the team's data roots; the hub is off unless the deployment
+    allows some of it (the spec's hub ids were checked against that list at submission)."""
     python = settings.entrypoint_python or "python"
     entrypoint = f"{shlex.quote(python)} -m {settings.sweep_module} --job-id {job.id} --attempt {number}"
+    offline = "0" if settings.hub_allow else "1"
     env = {
         "SMARTUNE_JOB_SPEC": job.spec_json,
-        "SMARTUNE_STORAGE_PATH": settings.tune_storage,
+        "SMARTUNE_STORAGE_PATH": settings.team_storage(job.team.name),
         "MLFLOW_TRACKING_URI": settings.tracking_uri,
-        "SMARTUNE_MLFLOW_EXPERIMENT": settings.mlflow_experiment,
+        "SMARTUNE_MLFLOW_EXPERIMENT": settings.team_experiment(job.team.name),
         "SMARTUNE_DATA_DIR": str(settings.data_dir),
+        "SMARTUNE_DATA_ROOTS": os.pathsep.join(str(r) for r in settings.allowed_roots(job.team.data_roots)),
+        "HF_HUB_OFFLINE": offline,
+        "TRANSFORMERS_OFFLINE": offline,
     }
     if settings.glue_dir is not None:
         env["SMARTUNE_GLUE_DIR"] = str(settings.glue_dir)
@@ -57,7 +65,13 @@ class Dispatcher:
     def schedule(self, capacity: Resources | None) -> Plan:
         """One scheduling round: dispatch the admitted jobs, record every other job's wait reason."""
         with self.db.sessions() as session:
-            state = pool.load(session, default_max_jobs=self.settings.default_max_concurrent_jobs)
+            state = pool.load(
+                session,
+                default_max_jobs=self.settings.default_max_concurrent_jobs,
+                capacity=capacity,
+                default_gpu_quota=self.settings.default_gpu_quota,
+                default_cpu_quota=self.settings.default_cpu_quota,
+            )
         decided = pool.plan_round(state, capacity)
         for job_id in decided.admitted:
             self.dispatch(job_id, decided.reasons[job_id])
@@ -83,6 +97,7 @@ class Dispatcher:
         def change(session: Session, job: Job) -> None:
             nonlocal number
             job.attempt = number = job.attempt + 1
+            job.mlflow_experiment = self.settings.team_experiment(job.team.name)
             session.add(Attempt(job_id=job.id, number=number, submission_id=submission_id(job.id, number)))
             job.wait_reason = None
             crud.set_state(session=session, job=job, state=JobState.DISPATCHED, reason=reason)

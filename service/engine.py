@@ -3,8 +3,10 @@
 Each round reads the pool's capacity (cached for `capacity_ttl_s`), watches every dispatched or running
 job (service.watch), finishes cancellations, then runs the scheduler and dispatches what it admits
 (service.dispatch) when anything it depends on changed: a submission or cancellation, a job that ended or
-was lost, the pool's capacity; otherwise every `RESCHEDULE_S`. The first round after a start is the reconciliation with Ray: no job is dispatched
-before every non-final job has been looked up. Ray being unreachable only postpones a round.
+was lost, the pool's capacity; otherwise every `RESCHEDULE_S`. The first round after a start is the
+reconciliation with Ray: no job is dispatched before every non-final job has been looked up. Ray being
+unreachable only postpones a round. Among several replicas only the holder of the engine lease
+(service.lease) runs rounds; the others stand by.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import threading
 import time
 
+from service import lease
 from service.config import Settings
 from service.db import Database
 from service.dispatch import Dispatcher
@@ -31,7 +34,9 @@ RESCHEDULE_S = (
 
 class Engine:
     def __init__(self, *, db: Database, ray: RayJobs, tracker: Tracker, settings: Settings) -> None:
-        self.ray, self.tracker, self.settings = ray, tracker, settings
+        self.db, self.ray, self.tracker, self.settings = db, ray, tracker, settings
+        self.holder = lease.holder_id()
+        self.leading = False
         self.dispatcher = Dispatcher(db=db, ray=ray, settings=settings)
         self.watcher = Watcher(
             db=db, ray=ray, tracker=tracker, settings=settings, resubmit=self.dispatcher.submit
@@ -54,6 +59,11 @@ class Engine:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.leading:
+            try:
+                lease.release(self.db.write_sessions, lease.ENGINE_LEASE, self.holder)
+            except Exception:  # the lease lapses by itself
+                logger.exception("could not release the engine lease")
 
     def wake(self) -> None:
         """Run the next round now, scheduling included (after a submission or a cancellation)."""
@@ -68,8 +78,17 @@ class Engine:
             self._stop.wait(MIN_ROUND_GAP_S)
 
     def tick(self) -> None:
-        """One round: capacity, reconcile/watch, cancellations, scheduling."""
+        """One round: capacity, reconcile/watch, cancellations, scheduling (the lease holder only)."""
         try:
+            was_leading = self.leading
+            self.leading = lease.acquire(
+                self.db.write_sessions, lease.ENGINE_LEASE, self.holder, self.settings.engine_lease_s
+            )
+            if not self.leading:
+                self.last_error = "standing by: another replica holds the engine lease"
+                return
+            if not was_leading:
+                self.reconciled = False  # a new leader first looks every job up
             self.refresh_capacity()
             if not self.reconciled:
                 self._ensure_experiment()

@@ -17,6 +17,7 @@ from service.config import Settings
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
+from service.scheduler import Resources
 from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,13 @@ def _replay(job: Job, spec_hash: str) -> Job:
 
 
 def submit_job(
-    *, session: Session, settings: Settings, team: Team, spec: JobSpec, idempotency_key: str | None
+    *,
+    session: Session,
+    settings: Settings,
+    team: Team,
+    spec: JobSpec,
+    idempotency_key: str | None,
+    capacity: Resources | None = None,
 ) -> tuple[Job, bool]:
     """Queue `spec` for `team`; return the job and whether it is an earlier submission replayed."""
     spec_hash = spec.spec_hash()
@@ -41,7 +48,7 @@ def submit_job(
         earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
         if earlier is not None:
             return _replay(earlier, spec_hash), True
-    n_trials = validation.check_spec(spec, settings=settings, team=team)
+    n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
     if waiting >= settings.max_queued_jobs_per_team:
         raise ApiError(

@@ -1,5 +1,8 @@
 """The FastAPI application: `create_app()` builds it; its lifespan opens the job store, runs the migrations,
-bootstraps an admin key on first start, and runs the engine (scheduler, dispatcher, reconciler) thread.
+bootstraps an admin key on first start (written to a file, never printed), and runs the engine
+(scheduler, dispatcher, reconciler) thread. Around the routes: the body size limit, security headers,
+CORS only when origins are configured (service.http), and an OpenAPI document that declares what the
+routes really answer.
 
 Serve it with `smartune serve`, or `uvicorn --factory service.main:create_app`. Importing this module
 changes nothing: no database, no Ray, no migrations.
@@ -9,11 +12,15 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
+import anyio
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 from service import crud, errors
@@ -23,9 +30,13 @@ from service.api.routes import health
 from service.config import Settings, get_settings
 from service.db import Database, connect, migrate
 from service.engine import Engine
+from service.http import openapi
+from service.http.headers import CORSMiddleware, SecurityHeadersMiddleware, cors_options, docs_policy
+from service.http.ratelimit import RateLimiter
 from service.limits import BodyLimitMiddleware
 from service.ray_jobs import JobSubmissionAdapter, RayJobs
 from service.tracking import MlflowTracker, Tracker
+from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +54,7 @@ TAGS = [
 
 _HOME = """<!doctype html>
 <html><head><meta charset="utf-8"><title>smartune</title></head>
-<body style="font-family: sans-serif; max-width: 40em; margin: 3em auto">
+<body>
 <h1>smartune</h1>
 <p>The control plane of robust fine-tuning sweeps (SMART) on a shared GPU pool.
 The sweep dashboard is not built yet; the REST API is.</p>
@@ -65,17 +76,43 @@ def _version() -> str:
         return "0"
 
 
-def bootstrap(db: Database, settings: Settings) -> str | None:
-    """Migrate the schema; on a store without an admin key, create one and return it (to show once)."""
+SPEC_VALIDATIONS = 2  # job specs validated at once (CPU work in threads: more would only queue on the GIL)
+
+
+def key_file(settings: Settings) -> Path:
+    return settings.bootstrap_key_file or settings.data_dir / "admin-key"
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    """Create `path` with mode 0600 and write `secret`; fails if it exists (O_EXCL: written once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # whatever the umask
+        out.write(secret + "\n")
+
+
+def bootstrap(db: Database, settings: Settings) -> Path | None:
+    """Migrate the schema; on a store without an admin key, mint one and write it to the key file (mode
+    0600); return the file's path (to say where it is), or None when no key was minted.
+
+    A key is minted once: never while the key file exists, even if that admin key has since been revoked
+    (a lost admin key is replaced with `smartune admin create-key --admin`, on the store directly)."""
     migrate(db)
-    if not settings.bootstrap_admin:
+    path = key_file(settings)
+    if not settings.bootstrap_admin or path.exists():
         return None
     with db.write_sessions() as session:
         if crud.count_admin_keys(session=session):
             return None
         _row, key = crud.create_api_key(session=session, team=None, is_admin=True, name="bootstrap admin")
-        session.commit()
-    return key
+        _write_secret(path, key)  # first: a key that exists only in the store would be known to nobody
+        try:
+            session.commit()
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+    return path
 
 
 def create_app(
@@ -92,12 +129,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         db = connect(settings.sqlalchemy_url)
-        admin_key = bootstrap(db, settings)
-        if admin_key:
-            print(f"smartune: bootstrap admin key (shown once, keep it): {admin_key}", flush=True)  # noqa: T201
+        written = bootstrap(db, settings)
+        if written:
+            print(f"smartune: bootstrap admin key written to {written} (mode 0600)", flush=True)  # noqa: T201
         app.state.settings, app.state.db = settings, db
         app.state.key_cache = KeyCache(settings.key_cache_ttl_s)
-        app.state.writer = Writer(inline=db.is_sqlite, size=settings.write_concurrency)
+        app.state.writer = Writer(size=1 if db.is_sqlite else settings.write_concurrency)
+        app.state.spec_limiter = anyio.CapacityLimiter(SPEC_VALIDATIONS)
         app.state.ray = ray or JobSubmissionAdapter(
             settings.ray_address or f"http://127.0.0.1:{settings.ray_dashboard_port}",
             token=settings.ray_auth_token,
@@ -121,15 +159,43 @@ def create_app(
         summary="Robust fine-tuning sweeps (SMART) on a team-shared GPU pool: jobs, queue, quotas.",
         openapi_tags=TAGS,
         lifespan=lifespan,
+        docs_url=None,  # served below, each page with its own Content-Security-Policy
+        redoc_url=None,
     )
     errors.install(app)
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+    # Middleware added last runs first: the headers wrap everything (413s and CORS answers included).
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_allow_origins:
+        app.add_middleware(CORSMiddleware, **cors_options(settings.cors_allow_origins))  # type: ignore[arg-type]
+    app.add_middleware(SecurityHeadersMiddleware)
     app.include_router(api_router, prefix=API_PREFIX)
     app.include_router(health.router)
+    _add_pages(app)
+    openapi.install(app, [JobSpec])
+    return app
+
+
+def _html(html: str, policy: str | None = None) -> HTMLResponse:
+    return HTMLResponse(html, headers={"Content-Security-Policy": policy} if policy else None)
+
+
+def _add_pages(app: FastAPI) -> None:
+    """The placeholder home page (static: the API's own policy) and the two documentation pages."""
+    swagger = bytes(
+        get_swagger_ui_html(openapi_url="/openapi.json", title="smartune - Swagger UI").body
+    ).decode()
+    redoc = bytes(get_redoc_html(openapi_url="/openapi.json", title="smartune - ReDoc").body).decode()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def read_home() -> str:
+    async def read_home() -> HTMLResponse:
         """A placeholder page until the dashboard exists: where the API documentation is."""
-        return _HOME
+        return _html(_HOME)
 
-    return app
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def read_docs() -> HTMLResponse:
+        return _html(swagger, docs_policy(swagger))
+
+    @app.get("/redoc", response_class=HTMLResponse, include_in_schema=False)
+    async def read_redoc() -> HTMLResponse:
+        return _html(redoc, docs_policy(redoc))

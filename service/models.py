@@ -45,10 +45,14 @@ class Team(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
-    gpu_quota: Mapped[float | None] = mapped_column(Float)  # None: no GPU limit
+    gpu_quota: Mapped[float | None] = mapped_column(Float)  # None: the deployment's default quota
+    cpu_quota: Mapped[float | None] = mapped_column(Float)  # None: the deployment's default quota
     max_concurrent_jobs: Mapped[int | None] = mapped_column(Integer)  # None: the configured default
     weight: Mapped[float] = mapped_column(Float, default=1.0)  # fair-share weight
     default_priority: Mapped[int] = mapped_column(Integer, default=0)
+    max_priority: Mapped[int] = mapped_column(Integer, default=0)  # set by an admin; jobs may not exceed it
+    # Folders the team's local data and model paths may lie under, beside the deployment's own roots.
+    data_roots: Mapped[list[str] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -91,9 +95,12 @@ class Job(Base):
     wait_reason: Mapped[str | None] = mapped_column(String(300))
     message: Mapped[str | None] = mapped_column(Text)
     cleanup_pending: Mapped[bool] = mapped_column(Boolean, default=False)  # cancelled: Ray/MLflow to end
+    mlflow_experiment: Mapped[str | None] = mapped_column(String(255))  # the team's experiment (by name)
     mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64))
     mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
     summary: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    # The job ended but MLflow could not be read then: its summary and trials are fetched again later.
+    summary_pending: Mapped[bool] = mapped_column(Boolean, default=False)
     best_value: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)  # FIFO key; kept on requeue
@@ -166,3 +173,14 @@ class Transition(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str] = mapped_column(Text, default="")
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Lease(Base):
+    """A named lease in the job store: among several control-plane replicas, only the holder of the
+    `engine` lease schedules and dispatches (two engines would over-admit). Renewed every round."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

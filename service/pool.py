@@ -27,17 +27,33 @@ class PoolState:
     queued_at: dict[str, datetime]
 
 
-def _peak(per_trial: float, max_concurrent: int, n_trials: int) -> float:
-    return per_trial * min(max_concurrent, n_trials)
+def concurrency(cpus: float, gpus: float, max_concurrent: int, n_trials: int, pool: Resources | None) -> int:
+    """Trials of a job that can run at once: what it asks, no more than it has, and no more than the pool
+    can hold side by side (Ray never runs more, so a job is not charged for more)."""
+    n = max(1, min(max_concurrent, n_trials))
+    if pool is not None:
+        if gpus > 0:
+            n = min(n, max(1, int(pool.gpus // gpus)))
+        if cpus > 0:
+            n = min(n, max(1, int(pool.cpus // cpus)))
+    return n
 
 
-def load(session: Session, *, default_max_jobs: int) -> PoolState:
+def load(
+    session: Session,
+    *,
+    default_max_jobs: int,
+    capacity: Resources | None = None,
+    default_gpu_quota: float | None = None,
+    default_cpu_quota: float | None = None,
+) -> PoolState:
     teams = {
         t.id: TeamState(
             id=t.id,
             name=t.name,
             weight=t.weight,
-            gpu_quota=t.gpu_quota,
+            gpu_quota=t.gpu_quota if t.gpu_quota is not None else default_gpu_quota,
+            cpu_quota=t.cpu_quota if t.cpu_quota is not None else default_cpu_quota,
             max_jobs=t.max_concurrent_jobs if t.max_concurrent_jobs is not None else default_max_jobs,
         )
         for t in session.scalars(select(Team))
@@ -48,10 +64,12 @@ def load(session: Session, *, default_max_jobs: int) -> PoolState:
     ).where(Job.state.in_(ACTIVE_STATES))
     for team_id, cpt, gpt, conc, n in session.execute(active):
         team = teams[team_id]
-        team.gpus_in_use += _peak(gpt, conc, n)
+        running = concurrency(cpt, gpt, conc, n, capacity)
+        team.gpus_in_use += gpt * running
+        team.cpus_in_use += cpt * running
         team.jobs_running += 1
-        cpus += _peak(cpt, conc, n)
-        gpus += _peak(gpt, conc, n)
+        cpus += cpt * running
+        gpus += gpt * running
     queued: list[QueuedJob] = []
     reasons: dict[str, str | None] = {}
     queued_at: dict[str, datetime] = {}
@@ -67,6 +85,7 @@ def load(session: Session, *, default_max_jobs: int) -> PoolState:
         Job.wait_reason,
     ).where(Job.state == JobState.QUEUED)
     for job_id, team_id, prio, at, cpt, gpt, conc, n, reason in session.execute(rows):
+        running = concurrency(cpt, gpt, conc, n, capacity)
         queued.append(
             QueuedJob(
                 id=job_id,
@@ -75,8 +94,8 @@ def load(session: Session, *, default_max_jobs: int) -> PoolState:
                 queued_at=at.timestamp(),
                 cpus=cpt,
                 gpus=gpt,
-                footprint_cpus=_peak(cpt, conc, n),
-                footprint_gpus=_peak(gpt, conc, n),
+                footprint_cpus=cpt * running,
+                footprint_gpus=gpt * running,
             )
         )
         reasons[job_id] = reason

@@ -1,6 +1,6 @@
 """The only module that touches Ray: the `RayJobs` protocol, its Jobs-API adapter, and the local head.
 
-The control plane talks to Ray's dashboard (Jobs SDK `JobSubmissionClient`, state API for the nodes'
+The control plane talks to Ray's dashboard (the Jobs REST API over httpx, the state API for the nodes'
 resources) and never joins the cluster as a driver. Ray 2.60 dashboards want token auth: the token comes
 from `RAY_AUTH_TOKEN` or `~/.ray/auth_token` and rides in an `Authorization` header. Tests use a fake with
 the same protocol. Errors are mapped to three exceptions so callers never parse Ray's messages.
@@ -78,68 +78,75 @@ def auth_headers(token: str | None = None) -> dict[str, str]:
 
 
 class JobSubmissionAdapter:
-    """`RayJobs` over the Ray Jobs SDK, against the dashboard at `address` (http://host:8265)."""
+    """`RayJobs` over the Ray Jobs REST API of the dashboard at `address` (http://host:8265), with httpx.
 
-    def __init__(self, address: str, *, token: str | None = None) -> None:
+    Every call has a timeout. Ray's answers are read by status code, never by message: a connection error,
+    a timeout, a 5xx or a refused credential is transient (RayUnavailable: try again later); a 404 means
+    Ray does not know the submission id; any other 4xx is permanent (RayJobError), except the 400 of a
+    submission id that exists already (RayJobExists).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.address = address if "://" in address else f"http://{address}"
         self._headers = auth_headers(token)
-        self._client: Any = None
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(
+            base_url=self.address, headers=self._headers, timeout=timeout_s, transport=transport
+        )
 
-    def _jobs(self) -> Any:
-        if self._client is None:
-            from ray.job_submission import JobSubmissionClient
-
-            try:
-                self._client = JobSubmissionClient(self.address, headers=dict(self._headers))
-            except Exception as err:  # ConnectionError, AuthenticationError, ...
-                raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
-        return self._client
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return getattr(self._jobs(), method)(*args, **kwargs)
-        except RayUnavailable:
-            raise
-        except RuntimeError as err:
-            text = str(err)
-            if "status code 404" in text or "does not exist" in text:
-                raise LookupError(text) from err
-            if "already exists" in text:
-                raise RayJobExists(text) from err
-            raise RayJobError(text[:2000]) from err
-        except Exception as err:  # requests' ConnectionError, Timeout, auth errors
-            self._client = None
-            raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as err:  # refused, reset, timed out
+            raise RayUnavailable(f"Ray dashboard at {self.address}: {type(err).__name__}: {err}") from err
+        if response.status_code in (401, 403) or response.status_code >= 500:
+            raise RayUnavailable(
+                f"Ray dashboard at {self.address} answered {response.status_code}: {response.text[:300]}"
+            )
+        return response
 
     def submit(
         self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
     ) -> None:
-        self._call(
-            "submit_job",
-            entrypoint=entrypoint,
-            submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},
-            metadata=metadata,
-        )
+        body = {"entrypoint": entrypoint, "submission_id": submission_id,
+                "runtime_env": {"env_vars": env_vars}, "metadata": metadata}  # fmt: skip
+        response = self._request("POST", "/api/jobs/", json=body)
+        if response.status_code == 400 and "already exists" in response.text:
+            raise RayJobExists(submission_id)
+        if response.status_code >= 400:
+            raise RayJobError(f"{response.status_code}: {response.text[-2000:]}")
 
     def info(self, submission_id: str) -> RayJobInfo | None:
-        try:
-            details = self._call("get_job_info", submission_id)
-        except LookupError:
+        response = self._request("GET", f"/api/jobs/{submission_id}")
+        if response.status_code == 404:
             return None
-        return RayJobInfo(status=str(details.status.value), message=details.message)
+        if response.status_code >= 400:
+            raise RayJobError(f"{response.status_code}: {response.text[-2000:]}")
+        details = response.json()
+        return RayJobInfo(status=str(details["status"]), message=details.get("message"))
 
     def stop(self, submission_id: str) -> bool:
-        try:
-            return bool(self._call("stop_job", submission_id))
-        except LookupError:
+        response = self._request("POST", f"/api/jobs/{submission_id}/stop")
+        if response.status_code == 404:
             return False
+        if response.status_code >= 400:
+            raise RayJobError(f"{response.status_code}: {response.text[-2000:]}")
+        return bool(response.json().get("stopped", False))
 
     def logs(self, submission_id: str) -> str | None:
-        try:
-            return str(self._call("get_job_logs", submission_id))
-        except LookupError:
+        response = self._request("GET", f"/api/jobs/{submission_id}/logs")
+        if response.status_code == 404:
             return None
+        if response.status_code >= 400:
+            raise RayJobError(f"{response.status_code}: {response.text[-2000:]}")
+        return str(response.json().get("logs", ""))
 
     def capacity(self) -> Resources:
         from ray.util.state.api import StateApiClient
@@ -147,11 +154,10 @@ class JobSubmissionAdapter:
 
         try:
             client = StateApiClient(address=self.address, headers=dict(self._headers))
-            nodes = client.list(
-                StateResource.NODES,
-                options=ListApiOptions(detail=True, filters=[("state", "=", "ALIVE")]),
-                raise_on_missing_output=False,
+            options = ListApiOptions(
+                detail=True, filters=[("state", "=", "ALIVE")], timeout=max(1, int(self.timeout_s))
             )
+            nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=False)
         except Exception as err:
             raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
         totals = [getattr(n, "resources_total", {}) for n in nodes]  # NodeState rows
@@ -160,10 +166,9 @@ class JobSubmissionAdapter:
         return Resources(cpus=cpus, gpus=gpus)
 
     def ping(self) -> None:
-        try:
-            httpx.get(f"{self.address}/api/version", headers=self._headers, timeout=3).raise_for_status()
-        except httpx.HTTPError as err:
-            raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
+        response = self._request("GET", "/api/version")
+        if response.status_code >= 400:
+            raise RayUnavailable(f"Ray dashboard at {self.address} answered {response.status_code}")
 
 
 def ray_executable() -> str:

@@ -2,9 +2,11 @@
 
 Order: higher priority first; between teams, weighted fair share (the team whose GPUs in use divided by its
 weight is smallest goes next, then running jobs / weight); within a team and priority, first in first out.
-A job is admitted when its team is under quota (concurrent jobs; GPUs, counting the job's first trial) and
-the pool has room for its first trial. A job that waits for the pool holds back every later job needing
-the same kind of resource, so small jobs cannot starve a large one. Every waiting job gets a reason.
+A job is admitted when its team stays within its quotas (concurrent jobs; GPUs and CPUs, counting the
+job's peak footprint: its concurrent trials times what each asks) and the pool has room for its first
+trial. A job that waits for free room in the pool holds back every later job needing the same kind of
+resource, so small jobs cannot starve a large one; a job the pool can never hold (it shrank since the
+job was accepted) holds back nothing. Every waiting job gets a reason.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ class TeamState:
     name: str
     weight: float = 1.0
     gpu_quota: float | None = None  # None: no GPU limit
+    cpu_quota: float | None = None  # None: no CPU limit
     max_jobs: int | None = None  # None: no limit on concurrent jobs
     gpus_in_use: float = 0.0
+    cpus_in_use: float = 0.0
     jobs_running: int = 0
 
     def share(self) -> tuple[float, float]:
@@ -58,6 +62,28 @@ class Plan:
 
 def _gpus(n: float) -> str:
     return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
+def _never_fits(job: QueuedJob, total: Resources) -> bool:
+    return job.gpus > total.gpus + _EPS or job.cpus > total.cpus + _EPS
+
+
+def _quota_reason(team: TeamState, job: QueuedJob) -> str | None:
+    if (
+        team.gpu_quota is not None
+        and job.gpus > 0
+        and team.gpus_in_use + job.footprint_gpus > team.gpu_quota + _EPS
+    ):
+        return (f"team quota: {team.gpus_in_use:g}/{team.gpu_quota:g} GPUs in use, needs "
+                f"{_gpus(job.footprint_gpus)} at its peak")  # fmt: skip
+    if (
+        team.cpu_quota is not None
+        and job.cpus > 0
+        and team.cpus_in_use + job.footprint_cpus > team.cpu_quota + _EPS
+    ):
+        return (f"team quota: {team.cpus_in_use:g}/{team.cpu_quota:g} CPUs in use, needs "
+                f"{job.footprint_cpus:g} CPUs at its peak")  # fmt: skip
+    return None
 
 
 def _pool_reason(job: QueuedJob, free: Resources, total: Resources) -> str | None:
@@ -104,18 +130,13 @@ def plan(queued: list[QueuedJob], teams: dict[int, TeamState], free: Resources, 
                 result.reasons[rest.id] = reason
             result.order.extend(j.id for j in by_team[team_id][index + 1 :])
             continue
-        if (
-            team.gpu_quota is not None
-            and job.gpus > 0
-            and team.gpus_in_use + job.gpus > team.gpu_quota + _EPS
-        ):
-            result.reasons[job.id] = (
-                f"team quota: {team.gpus_in_use:g}/{team.gpu_quota:g} GPUs in use, needs {_gpus(job.gpus)}"
-            )
+        if quota_reason := _quota_reason(team, job):
+            result.reasons[job.id] = quota_reason
         elif pool_reason := _pool_reason(job, Resources(cpus, gpus), total):
             result.reasons[job.id] = pool_reason
-            blocked_gpu |= job.gpus > 0
-            blocked_cpu |= job.cpus > 0
+            if not _never_fits(job, total):  # waiting for room: later jobs of the same kind wait behind it
+                blocked_gpu |= job.gpus > 0
+                blocked_cpu |= job.cpus > 0
         elif (blocked_gpu and job.gpus > 0) or (blocked_cpu and job.cpus > 0):
             result.reasons[job.id] = "waiting behind a higher-ranked job that waits for the pool"
         else:
@@ -126,6 +147,7 @@ def plan(queued: list[QueuedJob], teams: dict[int, TeamState], free: Resources, 
             result.admitted.append(job.id)
             cpus, gpus = max(cpus - job.footprint_cpus, 0.0), max(gpus - job.footprint_gpus, 0.0)
             team.gpus_in_use += job.footprint_gpus
+            team.cpus_in_use += job.footprint_cpus
             team.jobs_running += 1
         push(team_id, index + 1)
     return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Message(BaseModel):
@@ -34,10 +34,40 @@ class _ORM(BaseModel):
 class TeamUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_quota: float | None = Field(None, ge=0, description="GPUs the team may hold; null = no limit")
+    gpu_quota: float | None = Field(
+        None, ge=0, description="GPUs the team may hold; null = the deployment default"
+    )
+    cpu_quota: float | None = Field(
+        None, ge=0, description="CPUs the team may hold; null = the deployment default"
+    )
     max_concurrent_jobs: int | None = Field(None, ge=1, description="null = the service default")
     weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight")
     default_priority: int = Field(0, ge=-100, le=100)
+    max_priority: int = Field(
+        0, ge=-100, le=100, description="the highest priority the team's jobs may ask for"
+    )
+    data_roots: list[str] | None = Field(
+        None, description="absolute folders the team's local data and model paths may lie under"
+    )
+
+    @field_validator("data_roots")
+    @classmethod
+    def _absolute_roots(cls, value: list[str] | None) -> list[str] | None:
+        for root in value or []:
+            if not root.startswith("/"):
+                raise ValueError(f"{root!r} is not an absolute path")
+        return value
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> TeamUpdate:
+        if (
+            self.default_priority > self.max_priority
+            and {"default_priority", "max_priority"} & self.model_fields_set
+        ):
+            raise ValueError(
+                f"default_priority {self.default_priority} is above max_priority {self.max_priority}"
+            )
+        return self
 
 
 class TeamCreate(TeamUpdate):
@@ -48,9 +78,12 @@ class TeamPublic(_ORM):
     id: int
     name: str
     gpu_quota: float | None
+    cpu_quota: float | None
     max_concurrent_jobs: int | None
     weight: float
     default_priority: int
+    max_priority: int
+    data_roots: list[str] | None
     created_at: datetime
 
 
@@ -185,6 +218,8 @@ class TeamUsage(BaseModel):
     team: str
     gpus_in_use: float
     gpu_quota: float | None
+    cpus_in_use: float
+    cpu_quota: float | None
     jobs_running: int
     max_concurrent_jobs: int
     jobs_queued: int

@@ -44,13 +44,15 @@ class JobRuns:
 
 
 class Tracker(Protocol):
-    def ensure_experiment(self) -> str | None: ...
+    """A job's runs live in its team's experiment (`experiment`; None = the deployment's default one)."""
 
-    def job_runs(self, job_id: str) -> JobRuns: ...
+    def ensure_experiment(self, experiment: str | None = None) -> str | None: ...
 
-    def summary(self, job_id: str) -> dict[str, Any] | None: ...
+    def job_runs(self, job_id: str, experiment: str | None = None) -> JobRuns: ...
 
-    def end_runs(self, job_id: str, status: str) -> int:
+    def summary(self, job_id: str, experiment: str | None = None) -> dict[str, Any] | None: ...
+
+    def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         """End the job's open runs with `status` (KILLED / FAILED); return how many."""
         ...
 
@@ -75,7 +77,7 @@ class MlflowTracker:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         self.tracking_uri, self.experiment, self.artifact_root = tracking_uri, experiment, artifact_root
         self._client: Any = None
-        self._experiment_id: str | None = None
+        self._experiment_ids: dict[str, str] = {}
         self._best: dict[str, tuple[int | None, float | None]] = {}  # run id -> (epoch seen, best score)
 
     @property
@@ -86,19 +88,20 @@ class MlflowTracker:
             self._client = MlflowClient(self.tracking_uri)
         return self._client
 
-    def ensure_experiment(self) -> str | None:
+    def ensure_experiment(self, experiment: str | None = None) -> str | None:
         """The experiment's id, created (with the configured artifact folder) when it is missing."""
-        if self._experiment_id is None:
-            found = self.client.get_experiment_by_name(self.experiment)
+        name = experiment or self.experiment
+        if name not in self._experiment_ids:
+            found = self.client.get_experiment_by_name(name)
             if found is not None:
-                self._experiment_id = str(found.experiment_id)
+                self._experiment_ids[name] = str(found.experiment_id)
             else:
                 location = Path(self.artifact_root).as_uri() if self.artifact_root else None
-                self._experiment_id = str(self.client.create_experiment(self.experiment, location))
-        return self._experiment_id
+                self._experiment_ids[name] = str(self.client.create_experiment(name, location))
+        return self._experiment_ids[name]
 
-    def _runs(self, job_id: str) -> list[Any]:
-        experiment_id = self.ensure_experiment()
+    def _runs(self, job_id: str, experiment: str | None) -> list[Any]:
+        experiment_id = self.ensure_experiment(experiment)
         safe = job_id.replace("'", "")
         return list(
             self.client.search_runs(
@@ -114,8 +117,8 @@ class MlflowTracker:
             default=None,
         )
 
-    def job_runs(self, job_id: str) -> JobRuns:
-        runs = self._runs(job_id)
+    def job_runs(self, job_id: str, experiment: str | None = None) -> JobRuns:
+        runs = self._runs(job_id, experiment)
         parent = self._parent(runs)
         latest: dict[str, Any] = {}
         for run in runs:
@@ -132,7 +135,7 @@ class MlflowTracker:
                 latest[trial_id] = run
         trials = [self._trial(run) for run in latest.values()]
         return JobRuns(
-            experiment_id=self._experiment_id,
+            experiment_id=self.ensure_experiment(experiment),
             parent_run_id=parent.info.run_id if parent is not None else None,
             trials=sorted(trials, key=lambda t: t.trial_id),
         )
@@ -161,8 +164,8 @@ class MlflowTracker:
             metrics=metrics,
         )
 
-    def summary(self, job_id: str) -> dict[str, Any] | None:
-        parent = self._parent(self._runs(job_id))
+    def summary(self, job_id: str, experiment: str | None = None) -> dict[str, Any] | None:
+        parent = self._parent(self._runs(job_id, experiment))
         if parent is None:
             return None
         with tempfile.TemporaryDirectory() as tmp:
@@ -173,9 +176,9 @@ class MlflowTracker:
             loaded = json.loads(Path(path).read_text())
         return loaded if isinstance(loaded, dict) else None
 
-    def end_runs(self, job_id: str, status: str) -> int:
+    def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         ended = 0
-        for run in self._runs(job_id):
+        for run in self._runs(job_id, experiment):
             if run.info.status in OPEN_RUN_STATUSES:
                 self.client.set_terminated(run.info.run_id, status=status)
                 ended += 1

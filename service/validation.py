@@ -8,11 +8,14 @@ GPUs that the team's quota can never grant. Each failure names the field, for a 
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 from service.config import Settings
 from service.errors import ApiError
 from service.models import Team
+from service.pool import concurrency
+from service.scheduler import Resources
 from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 
@@ -26,21 +29,32 @@ def count_trials(spec: JobSpec) -> int:
     return len(spec.trials()) * spec.search.num_samples
 
 
-def check_path(value: str | None, field: str, settings: Settings) -> None:
-    """A local path (the contract's rule: absolute) must exist under a data root; an alias or a hub id
-    passes (whether a hub id may be used at all is the worker's network's business)."""
+def _hub_allowed(hub_id: str, settings: Settings) -> bool:
+    return any(fnmatch.fnmatchcase(hub_id, pattern) for pattern in settings.hub_allow)
+
+
+def check_path(
+    value: str | None, field: str, settings: Settings, team_roots: list[str] | None = None
+) -> None:
+    """A local path (the contract's rule: absolute) must exist under one of the team's data roots; a hub
+    id must be allowed by the deployment (no hub access at all unless configured); aliases pass."""
     if value is None:
         return
     try:
         source = classify(value, field, aliases=field == "model")
     except SourceError as err:
         raise invalid(field, str(err).removeprefix(f"{field}: ")) from None
+    if source.kind == "hub":
+        if not _hub_allowed(source.value, settings):
+            raise invalid(field, f"{value!r} is a hub id, and this deployment downloads nothing from the hub "
+                                 "(SMARTUNE_HUB_ALLOW)")  # fmt: skip
+        return
     if source.kind != "local":
         return
-    path = source.path.resolve()
-    roots = settings.allowed_roots
+    path = source.path.resolve()  # symlinks resolved: the real place must lie under a root
+    roots = settings.allowed_roots(team_roots)
     if not any(path.is_relative_to(root) for root in roots):
-        allowed = ", ".join(str(r) for r in roots)
+        allowed = ", ".join(str(r) for r in roots) or "none: this deployment takes no local paths"
         raise invalid(field, f"{value!r} lies outside the allowed data roots ({allowed})")
     if not path.exists():
         raise invalid(field, f"{value!r} does not exist")
@@ -48,8 +62,27 @@ def check_path(value: str | None, field: str, settings: Settings) -> None:
         raise invalid(field, f"{value!r} is not readable")
 
 
-def check_spec(spec: JobSpec, *, settings: Settings, team: Team) -> int:
-    """Apply the deployment's limits to a valid spec; return its number of trials."""
+def quotas(team: Team, settings: Settings) -> tuple[float, float]:
+    """The team's (GPU, CPU) quotas: its own, else the deployment's default. Every team has both."""
+    gpus = team.gpu_quota if team.gpu_quota is not None else settings.default_gpu_quota
+    cpus = team.cpu_quota if team.cpu_quota is not None else settings.default_cpu_quota
+    return gpus, cpus
+
+
+def _check_fit(spec: JobSpec, limits: dict[str, float], what: str) -> None:
+    """Refuse a trial larger than `limits` (a quota or the pool): it could never run."""
+    for kind, per_trial in (("gpus", spec.resources.gpus), ("cpus", spec.resources.cpus)):
+        limit = limits.get(kind)
+        if limit is None or per_trial <= 0:
+            continue
+        unit = "GPUs" if kind == "gpus" else "CPUs"
+        if per_trial > limit + 1e-9:
+            raise invalid(f"resources.{kind}", f"{per_trial:g} {unit} per trial exceed {what} of {limit:g}")
+
+
+def check_spec(spec: JobSpec, *, settings: Settings, team: Team, capacity: Resources | None = None) -> int:
+    """Apply the deployment's limits to a valid spec; return its number of trials. Nothing that can never
+    run is accepted: a trial larger than the pool or the team's quotas, a peak beyond the quotas."""
     if len(spec.seeds) > settings.max_seeds:
         raise invalid("seeds", f"{len(spec.seeds)} seeds; the limit is {settings.max_seeds}")
     n_trials = count_trials(spec)
@@ -58,20 +91,34 @@ def check_spec(spec: JobSpec, *, settings: Settings, team: Team) -> int:
             "search_space",
             f"the sweep has {n_trials} trials (cells x seeds x samples); the limit is {settings.max_cells}",
         )
-    check_path(spec.data, "data", settings)
-    check_path(spec.model, "model", settings)
-    if team.gpu_quota is not None:
-        per_trial = spec.resources.gpus
-        if per_trial > team.gpu_quota:
-            raise invalid(
-                "resources.gpus",
-                f"{per_trial:g} GPUs per trial exceed the team's quota of {team.gpu_quota:g}",
-            )
-        peak = per_trial * min(spec.limits.max_concurrent_trials, n_trials)
-        if peak > team.gpu_quota:
-            raise invalid(
-                "limits.max_concurrent_trials",
-                f"{min(spec.limits.max_concurrent_trials, n_trials)} concurrent trials x {per_trial:g} GPUs "
-                f"exceed the team's quota of {team.gpu_quota:g} GPUs",
-            )
+    if spec.priority > team.max_priority:
+        raise invalid(
+            "priority", f"{spec.priority} is above the team's maximum priority of {team.max_priority}"
+        )
+    budget = spec.limits.time_budget_s
+    if budget is not None and budget > settings.max_job_wall_time_s:
+        raise invalid("limits.time_budget_s",
+                      f"{budget:g} s exceeds this deployment's maximum wall time of {settings.max_job_wall_time_s:g} s")  # fmt: skip
+    size = len(spec.canonical_json().encode())
+    if size > settings.max_spec_bytes:
+        raise ApiError(413, f"the spec is {size // 1024} KiB as canonical JSON; the limit is "
+                            f"{settings.max_spec_bytes // 1024} KiB (it travels to the driver in one environment "
+                            "variable)")  # fmt: skip
+    check_path(spec.data, "data", settings, team.data_roots)
+    check_path(spec.model, "model", settings, team.data_roots)
+    gpu_quota, cpu_quota = quotas(team, settings)
+    _check_fit(spec, {"gpus": gpu_quota, "cpus": cpu_quota}, "the team's quota")
+    if capacity is not None:
+        _check_fit(spec, {"gpus": capacity.gpus, "cpus": capacity.cpus}, "the pool")
+    running = concurrency(
+        spec.resources.cpus, spec.resources.gpus, spec.limits.max_concurrent_trials, n_trials, capacity
+    )
+    for kind, per_trial, quota in (
+        ("GPUs", spec.resources.gpus, gpu_quota),
+        ("CPUs", spec.resources.cpus, cpu_quota),
+    ):
+        if per_trial > 0 and per_trial * running > quota + 1e-9:
+            raise invalid("limits.max_concurrent_trials",
+                          f"{running} concurrent trials x {per_trial:g} {kind} exceed the team's quota of "
+                          f"{quota:g} {kind}")  # fmt: skip
     return n_trials

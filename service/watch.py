@@ -2,17 +2,25 @@
 
 For every DISPATCHED or RUNNING job the current attempt's Ray job is looked up: pending or running -> keep
 watching (and sync the trial rows); finished -> record SUCCEEDED (with the sweep summary) or FAILED;
-vanished -> LOST, then QUEUED again as the next attempt (or FAILED after `max_attempts`). Cancelled jobs
-get their Ray job stopped and their open MLflow runs ended as KILLED. Ray is called outside transactions;
-what it says is written only if the job has not changed meanwhile.
+unknown to Ray (a real 404) -> LOST, then QUEUED again as the next attempt (or FAILED after
+`max_attempts`), after stopping the old submission so two attempts never run one experiment. Cancelled
+jobs get their Ray job stopped and their open MLflow runs ended as KILLED.
+
+Each job is watched on its own: an exception from one job's Ray or MLflow answer is logged and the other
+jobs (and scheduling) go on. Every MLflow read has a timeout. Ray is called outside transactions; what it
+says is written only if the job has not changed meanwhile. A job is SUCCEEDED only with at least one
+completed trial; one whose summary could not be read when it ended keeps `summary_pending` and is read
+again on later rounds.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,6 +35,17 @@ from service.sync import apply_runs, stop_open_trials
 from service.tracking import Tracker
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+COMPLETED = ("TERMINATED", "STOPPED")  # trials that reached a result (an early stop is one)
+_MLFLOW = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="smartune-mlflow")
+
+
+def completed_trials(summary: dict[str, Any] | None) -> int | None:
+    """Trials of the sweep that reached a result, from its summary (None when it says nothing)."""
+    counts = (summary or {}).get("trials_by_state")
+    if not isinstance(counts, dict):
+        return None
+    return sum(int(counts.get(state) or 0) for state in COMPLETED)
 
 
 class Watcher:
@@ -47,11 +66,27 @@ class Watcher:
     ) -> bool:
         return crud.update_job_if(sessions=self.db.write_sessions, job_id=job_id, check=check, change=change)
 
+    def _mlflow(self, call: Callable[[], T]) -> T:
+        """An MLflow read with the deployment's timeout (a hung tracking server stalls no round)."""
+        return _MLFLOW.submit(call).result(timeout=self.settings.mlflow_timeout_s)
+
     def poll_active(self) -> int:
-        """Reconcile every dispatched or running job; return how many left the pool (ended or lost)."""
+        """Reconcile every dispatched or running job, each on its own; return how many left the pool."""
         with self.db.sessions() as session:
             rows = session.execute(select(Job.id, Job.attempt).where(Job.state.in_(ACTIVE_STATES))).all()
-        return sum(self.poll(job_id, number) for job_id, number in rows)
+            pending = session.scalars(select(Job.id).where(Job.summary_pending)).all()
+        left = 0
+        for job_id, number in rows:
+            try:
+                left += self.poll(job_id, number)
+            except Exception as err:  # one odd job must not stall every team's
+                logger.warning("watching %s failed (%s); the other jobs go on", job_id, err, exc_info=True)
+        for job_id in pending:
+            try:
+                self.fetch_summary(job_id)
+            except Exception as err:
+                logger.warning("summary of %s still unavailable: %s", job_id, err)
+        return left
 
     def poll(self, job_id: str, number: int) -> bool:
         """Reconcile one job's attempt `number` with Ray; whether it left the pool."""
@@ -60,20 +95,29 @@ class Watcher:
             if job is None:
                 return False
             attempt_state = crud.current_attempt(session=session, job=job).state
-        info = self.ray.info(submission_id(job_id, number))
+            experiment, started = job.mlflow_experiment, job.started_at
+        sid = submission_id(job_id, number)
+        info = self.ray.info(sid)
         same = lambda j: j.state in ACTIVE_STATES and j.attempt == number  # noqa: E731
         if info is None:
             if attempt_state == AttemptState.SUBMITTING:
                 self.resubmit(job_id, number)  # recorded but never accepted by Ray
                 return False
+            self.ray.stop(sid)  # Ray says it does not know it; stop it anyway before a new attempt
             return self._update(job_id, same, self._lost)
         if attempt_state == AttemptState.SUBMITTING:
             self._update(job_id, same, mark_submitted)
         if info.status == "RUNNING":
             self._update(job_id, same, _running)
+            if started is not None and utcnow() - started > timedelta(
+                seconds=self.settings.max_job_wall_time_s
+            ):
+                return self._over_time(job_id, number)
         if info.status in ("RUNNING", *RAY_FINAL):
-            self.sync_trials(job_id)
-        return info.status in RAY_FINAL and self._finish(job_id, number, info.status, info.message)
+            self.sync_trials(job_id, experiment)
+        return info.status in RAY_FINAL and self._finish(
+            job_id, number, info.status, info.message, experiment
+        )
 
     def _lost(self, session: Session, job: Job) -> None:
         attempt = crud.current_attempt(session=session, job=job)
@@ -84,21 +128,39 @@ class Watcher:
             job.message = f"lost {job.attempt} times; giving up"
             crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
         else:
-            reason = f"requeued as attempt {job.attempt + 1}, resuming from {self.settings.tune_storage}"
+            reason = f"requeued as attempt {job.attempt + 1}, resuming from its checkpoints"
             crud.set_state(session=session, job=job, state=JobState.QUEUED, reason=reason)
 
-    def sync_trials(self, job_id: str) -> None:
+    def _over_time(self, job_id: str, number: int) -> bool:
+        limit = self.settings.max_job_wall_time_s
+        self.ray.stop(submission_id(job_id, number))
+
+        def change(session: Session, job: Job) -> None:
+            attempt = crud.current_attempt(session=session, job=job)
+            attempt.state, attempt.ended_at = AttemptState.STOPPED, utcnow()
+            job.message = f"stopped after the deployment's maximum wall time of {limit:g} s"
+            crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
+            stop_open_trials(session=session, job_id=job.id)
+
+        done = self._update(job_id, lambda j: j.state in ACTIVE_STATES and j.attempt == number, change)
+        if done:
+            self._end_runs(job_id, "FAILED")
+        return done
+
+    def sync_trials(self, job_id: str, experiment: str | None = None) -> None:
         try:
-            runs = self.tracker.job_runs(job_id)
+            runs = self._mlflow(lambda: self.tracker.job_runs(job_id, experiment))
         except Exception:
             logger.exception("trial sync of %s failed", job_id)
             return
         with self.db.write_sessions() as session, session.begin():
             apply_runs(session=session, job_id=job_id, runs=runs)
 
-    def _finish(self, job_id: str, number: int, status: str, message: str | None) -> bool:
+    def _finish(
+        self, job_id: str, number: int, status: str, message: str | None, experiment: str | None
+    ) -> bool:
         sid = submission_id(job_id, number)
-        summary = self._summary(job_id, sid) if status == "SUCCEEDED" else None
+        summary = self._summary(job_id, sid, experiment) if status == "SUCCEEDED" else None
         tail = None if status == "SUCCEEDED" else self._logs_tail(sid)
 
         def change(session: Session, job: Job) -> None:
@@ -106,12 +168,7 @@ class Watcher:
             attempt.ray_status, attempt.message, attempt.ended_at = status, message, utcnow()
             if status == "SUCCEEDED":
                 attempt.state = AttemptState.SUCCEEDED
-                job.summary = summary
-                best = (summary or {}).get("best") or {}
-                value = best.get("value") if isinstance(best, dict) else None
-                job.best_value = float(value) if isinstance(value, int | float) else None
-                reason = f"sweep finished: {(summary or {}).get('trials_by_state', {})}"
-                crud.set_state(session=session, job=job, state=JobState.SUCCEEDED, reason=reason)
+                record_summary(session, job, summary)
                 return
             attempt.state = AttemptState.FAILED if status == "FAILED" else AttemptState.STOPPED
             why = message or ("the Ray job was stopped outside smartune" if status == "STOPPED" else "failed")
@@ -121,20 +178,35 @@ class Watcher:
 
         done = self._update(job_id, lambda j: j.state in ACTIVE_STATES and j.attempt == number, change)
         if done and status != "SUCCEEDED":
-            self._end_runs(job_id, "FAILED")  # no run stays RUNNING after its driver died
+            self._end_runs(job_id, "FAILED", experiment)  # no run stays RUNNING after its driver died
         return done
 
-    def _summary(self, job_id: str, sid: str) -> dict[str, Any] | None:
+    def fetch_summary(self, job_id: str) -> None:
+        """A job that ended while MLflow was unreachable: read its summary and trials again."""
+        with self.db.sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None or not job.summary_pending:
+                return
+            experiment = job.mlflow_experiment
+        summary = self._mlflow(lambda: self.tracker.summary(job_id, experiment))
+        if summary is None:
+            return
+        self.sync_trials(job_id, experiment)
+        self._update(job_id, lambda j: j.summary_pending, lambda s, j: record_summary(s, j, summary))
+
+    def _summary(self, job_id: str, sid: str, experiment: str | None) -> dict[str, Any] | None:
         try:
-            found = self.tracker.summary(job_id)
+            found = self._mlflow(lambda: self.tracker.summary(job_id, experiment))
         except Exception:
             logger.exception("summary of %s unavailable from MLflow", job_id)
             found = None
         if found is not None:
             return found
-        for line in reversed(
-            (self.ray.logs(sid) or "").strip().splitlines()[-5:]
-        ):  # the driver prints it last
+        try:
+            logs = self.ray.logs(sid) or ""
+        except RayUnavailable:
+            return None
+        for line in reversed(logs.strip().splitlines()[-5:]):  # the driver prints it last
             try:
                 parsed = json.loads(line)
             except json.JSONDecodeError:
@@ -150,9 +222,9 @@ class Watcher:
             return None
         return "\n".join(text.strip().splitlines()[-lines:]) if text else None
 
-    def _end_runs(self, job_id: str, status: str) -> bool:
+    def _end_runs(self, job_id: str, status: str, experiment: str | None = None) -> bool:
         try:
-            self.tracker.end_runs(job_id, status)
+            self._mlflow(lambda: self.tracker.end_runs(job_id, status, experiment))
             return True
         except Exception:
             logger.exception("could not end the MLflow runs of %s", job_id)
@@ -161,27 +233,53 @@ class Watcher:
     def finish_cancelled(self) -> None:
         """Stop cancelled jobs' Ray jobs; once stopped, end their open MLflow runs as KILLED."""
         with self.db.sessions() as session:
-            query = select(Job.id, Job.attempt).where(Job.state == JobState.CANCELLED, Job.cleanup_pending)
+            query = select(Job.id, Job.attempt, Job.mlflow_experiment).where(
+                Job.state == JobState.CANCELLED, Job.cleanup_pending
+            )
             pending = session.execute(query).all()
-        for job_id, number in pending:
-            info = self.ray.info(submission_id(job_id, number)) if number else None
-            if info is not None and info.status not in RAY_FINAL:
-                self.ray.stop(submission_id(job_id, number))
-                continue  # the next round ends the runs, once the driver has gone
-            if not self._end_runs(job_id, "KILLED"):
-                continue
-            ray_status = info.status if info is not None else None
+        for job_id, number, experiment in pending:
+            try:
+                self._finish_cancelled(job_id, number, experiment)
+            except Exception as err:
+                logger.warning("cleaning up cancelled %s failed (%s); the next round retries", job_id, err)
 
-            def change(session: Session, job: Job, ray_status: str | None = ray_status) -> None:
-                job.cleanup_pending = False
-                if job.attempt:
-                    attempt = crud.current_attempt(session=session, job=job)
-                    if attempt.ended_at is None:
-                        attempt.state, attempt.ended_at = AttemptState.STOPPED, utcnow()
-                        attempt.ray_status = ray_status
-                stop_open_trials(session=session, job_id=job.id)
+    def _finish_cancelled(self, job_id: str, number: int, experiment: str | None) -> None:
+        info = self.ray.info(submission_id(job_id, number)) if number else None
+        if info is not None and info.status not in RAY_FINAL:
+            self.ray.stop(submission_id(job_id, number))
+            return  # the next round ends the runs, once the driver has gone
+        if not self._end_runs(job_id, "KILLED", experiment):
+            return
+        ray_status = info.status if info is not None else None
 
-            self._update(job_id, lambda j: j.cleanup_pending, change)
+        def change(session: Session, job: Job) -> None:
+            job.cleanup_pending = False
+            if job.attempt:
+                attempt = crud.current_attempt(session=session, job=job)
+                if attempt.ended_at is None:
+                    attempt.state, attempt.ended_at = AttemptState.STOPPED, utcnow()
+                    attempt.ray_status = ray_status
+            stop_open_trials(session=session, job_id=job.id)
+
+        self._update(job_id, lambda j: j.cleanup_pending, change)
+
+
+def record_summary(session: Session, job: Job, summary: dict[str, Any] | None) -> None:
+    """A finished sweep's verdict: SUCCEEDED with at least one completed trial, FAILED with none; without
+    a summary yet (MLflow unreachable), SUCCEEDED with the summary pending."""
+    job.summary, job.summary_pending = summary, summary is None
+    best = (summary or {}).get("best") or {}
+    value = best.get("value") if isinstance(best, dict) else None
+    job.best_value = float(value) if isinstance(value, int | float) else None
+    counts = (summary or {}).get("trials_by_state", {})
+    if summary is not None and completed_trials(summary) == 0:
+        failed = {k: v for k, v in counts.items() if v}
+        job.message = f"no trial completed: {failed}"
+        crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
+        stop_open_trials(session=session, job_id=job.id)
+        return
+    reason = f"sweep finished: {counts}" if summary is not None else "sweep finished; its summary is pending"
+    crud.set_state(session=session, job=job, state=JobState.SUCCEEDED, reason=reason)
 
 
 def _running(session: Session, job: Job) -> None:

@@ -1,9 +1,10 @@
 """The wiring: sessions, settings, the Ray adapter, the engine and the caller's key, as `Annotated` deps.
 
-Everything lives on `app.state` (set up by the lifespan in service.main); tests swap any of it with
-`app.dependency_overrides`. Keys arrive as `Authorization: Bearer <key>`. The dependencies that do no I/O
-are `async def`, so FastAPI does not hop to its thread pool for each of them (opening a session does no I/O
-either). Reading the caller's key is one indexed query on the event loop, then cached for a few seconds.
+Everything lives on `app.state` (set up by service.main); tests swap any of it with
+`app.dependency_overrides`. Keys arrive as `Authorization: Bearer <key>`. The dependencies are `async def`
+and do no I/O on the event loop: opening a session connects to nothing, and the one lookup a request may
+need (an uncached key) runs in the thread pool, so a database that stalls (a held SQLite lock, a slow
+PostgreSQL) stalls only the requests that wait for it, never the loop, /healthz or cached callers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from service.config import Settings
 from service.db import Database
 from service.engine import Engine
 from service.errors import ApiError
+from service.http.ratelimit import RateLimiter, retry_after
 from service.ray_jobs import RayJobs
 
 T = TypeVar("T")
@@ -35,13 +37,25 @@ async def get_db(request: Request) -> Database:
     return request.app.state.db  # type: ignore[no-any-return]
 
 
+async def _closing(session: Session) -> AsyncIterator[Session]:
+    try:
+        yield session
+    finally:
+        # A session that began a transaction holds a connection: giving it back rolls back, which is I/O
+        # (a round trip on PostgreSQL), so it happens in a thread. One that never connected closes here.
+        if session.in_transaction():
+            await anyio.to_thread.run_sync(session.close)
+        else:
+            session.close()
+
+
 async def get_session(db: Annotated[Database, Depends(get_db)]) -> AsyncIterator[Session]:
-    with db.sessions() as session:
+    async for session in _closing(db.sessions()):
         yield session
 
 
 async def get_write_session(db: Annotated[Database, Depends(get_db)]) -> AsyncIterator[Session]:
-    with db.write_sessions() as session:
+    async for session in _closing(db.write_sessions()):
         yield session
 
 
@@ -58,13 +72,11 @@ async def get_engine(request: Request) -> Engine:
 
 
 class Writer:
-    """Runs a write handler's work: on the event loop for SQLite (one writer at a time, no thread hops, no
-    waiting inside the database: its lock is taken and released within the call), else on a thread pool
-    of its own, `size` at a time. The session is closed before the call returns, so no transaction (and
-    no SQLite write lock) outlives it across an `await`."""
+    """Runs a write handler's work in the thread pool, at most `size` at a time (1 for SQLite: one writer
+    at a time, the others wait here, on the event loop, without holding a thread). The session is closed
+    before the call returns, so no transaction (and no SQLite write lock) outlives it."""
 
-    def __init__(self, *, inline: bool, size: int = 1) -> None:
-        self.inline = inline
+    def __init__(self, *, size: int = 1) -> None:
         self.limiter = anyio.CapacityLimiter(size)
 
     async def run(self, session: Session, work: Callable[[], T]) -> T:
@@ -74,8 +86,6 @@ class Writer:
             finally:
                 session.close()
 
-        if self.inline:
-            return closing()
         return await anyio.to_thread.run_sync(closing, limiter=self.limiter)
 
 
@@ -146,31 +156,85 @@ def _unauthorized(detail: str) -> ApiError:
     return ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def get_principal(
-    session: SessionDep,
-    cache: KeyCacheDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Principal:
-    """The caller's key, verified (runs on the event loop: one indexed lookup, then cached)."""
+def _lookup(session: Session, key: str) -> Principal | None:
+    """The live key's principal (in a worker thread: one indexed query), or None."""
+    try:
+        row = crud.authenticate(session=session, key=key)
+        if row is None:
+            return None
+        team = row.team
+        return Principal(row.key_id, team.id if team else None, team.name if team else None, row.is_admin)
+    finally:
+        session.rollback()  # ends the read: the connection goes back to the pool until the handler needs one
+
+
+async def _authenticate(
+    session: Session, cache: KeyCache, credentials: HTTPAuthorizationCredentials | None
+) -> Principal | None:
+    """The verified caller, or None for a missing, malformed, unknown or revoked key."""
     if credentials is None:
-        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-    digest = security.digest(credentials.credentials)
+        return None
+    key = credentials.credentials
+    digest = security.digest(key)
     if (found := cache.get(digest)) is not None:
         return found
-    key = crud.authenticate(session=session, key=credentials.credentials)
-    principal: Principal | None = None
-    if key is not None:
-        team = key.team
-        principal = Principal(
-            key.key_id, team.id if team else None, team.name if team else None, key.is_admin
-        )
-    session.rollback()  # ends the read: the connection goes back to the pool until the handler needs one
-    if principal is None:
-        raise _unauthorized("invalid or revoked API key")
-    cache.put(digest, principal)
+    if security.parse_key_id(key) is None:  # malformed: no lookup needed to refuse it
+        return None
+    principal = await anyio.to_thread.run_sync(_lookup, session, key)
+    if principal is not None:
+        cache.put(digest, principal)
     return principal
 
 
+async def get_rate_limiter(request: Request) -> RateLimiter:
+    return request.app.state.rate_limiter  # type: ignore[no-any-return]
+
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def _refuse(credentials: HTTPAuthorizationCredentials | None) -> ApiError:
+    if credentials is None:
+        return _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    return _unauthorized("invalid or revoked API key")
+
+
+async def get_principal(
+    request: Request,
+    session: SessionDep,
+    cache: KeyCacheDep,
+    limiter: Annotated[RateLimiter, Depends(get_rate_limiter)],
+    credentials: Credentials,
+) -> Principal:
+    """The caller's key, verified, within its rate limit (429 with Retry-After otherwise). A request
+    without a valid key counts against its client address, so probing keys is limited too."""
+    principal = await _authenticate(session, cache, credentials)
+    if principal is not None:
+        identity = f"key:{principal.key_id}"
+    else:
+        identity = f"addr:{request.client.host if request.client else 'unknown'}"
+    if (wait := limiter.acquire(identity)) > 0:
+        limit = f"{limiter.rate:g} requests per second (bursts of {limiter.burst})"
+        who = "per API key" if principal is not None else "per client address without a valid key"
+        raise ApiError(
+            429,
+            f"rate limit exceeded: {limit} {who}; retry in {retry_after(wait)} s",
+            headers={"Retry-After": retry_after(wait)},
+        )
+    if principal is None:
+        raise _refuse(credentials)
+    return principal
+
+
+async def get_probe_principal(session: SessionDep, cache: KeyCacheDep, credentials: Credentials) -> Principal:
+    """The caller's key, verified, without a rate limit: for health probes."""
+    principal = await _authenticate(session, cache, credentials)
+    if principal is None:
+        raise _refuse(credentials)
+    return principal
+
+
+ProbeKey = Annotated[Principal, Depends(get_probe_principal)]
 CurrentKey = Annotated[Principal, Depends(get_principal)]
 
 

@@ -1,4 +1,9 @@
-"""Rows to API models: the public view of a job (with its MLflow links), a job's detail, a key."""
+"""Rows to API models: the public view of a job (with its MLflow links), a job's detail, a key.
+
+`admin` chooses the view: an admin key sees every text as stored; a team's key sees error texts without
+log tails or server paths (service.api.redact). MLflow links are handed out only when the deployment says
+its MLflow UI sits behind authentication (`mlflow_ui_protected`): the UI shows every team's runs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from collections import Counter
 from sqlalchemy.orm import Session
 
 from service import crud
+from service.api.redact import tenant_text
 from service.config import Settings
 from service.models import ApiKey, Job
 from service.schemas import (
@@ -26,7 +32,10 @@ LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
 
 def _ui(settings: Settings) -> str | None:
     """Where the MLflow UI of the tracking store is: configured, the tracking server itself, or for a local
-    store the address `mlflow ui --backend-store-uri <store>` serves on by default."""
+    store the address `mlflow ui --backend-store-uri <store>` serves on by default. None (no links) while
+    the UI is open to anyone who can reach it."""
+    if not settings.mlflow_ui_protected:
+        return None
     uri = settings.tracking_uri
     if settings.mlflow_ui_url:
         return settings.mlflow_ui_url
@@ -35,7 +44,11 @@ def _ui(settings: Settings) -> str | None:
     return LOCAL_MLFLOW_UI if uri.startswith(("sqlite:", "file:", "/")) else None
 
 
-def job_public(job: Job, settings: Settings) -> JobPublic:
+def _text(text: str | None, admin: bool) -> str | None:
+    return text if admin else tenant_text(text)
+
+
+def job_public(job: Job, settings: Settings, *, admin: bool) -> JobPublic:
     return JobPublic(
         id=job.id,
         name=job.name,
@@ -49,7 +62,7 @@ def job_public(job: Job, settings: Settings) -> JobPublic:
         attempt=job.attempt,
         submission_id=job.submission_id,
         wait_reason=job.wait_reason,
-        message=job.message,
+        message=_text(job.message, admin),
         best_value=job.best_value,
         mlflow_experiment_id=job.mlflow_experiment_id,
         mlflow_parent_run_id=job.mlflow_parent_run_id,
@@ -62,7 +75,7 @@ def job_public(job: Job, settings: Settings) -> JobPublic:
     )
 
 
-def job_detail(session: Session, job: Job, settings: Settings) -> JobDetail:
+def job_detail(session: Session, job: Job, settings: Settings, *, admin: bool) -> JobDetail:
     trials = crud.job_trials(session=session, job_id=job.id)
     ui = _ui(settings)
     trial_views = [
@@ -72,13 +85,17 @@ def job_detail(session: Session, job: Job, settings: Settings) -> JobDetail:
         for t in trials
     ]
     return JobDetail(
-        **job_public(job, settings).model_dump(),
+        **job_public(job, settings, admin=admin).model_dump(),
         spec=json.loads(job.spec_json),
         progress=Progress(total=job.n_trials, by_state=dict(Counter(t.state for t in trials))),
         trials=trial_views,
-        attempts=[AttemptPublic.model_validate(a) for a in crud.job_attempts(session=session, job_id=job.id)],
+        attempts=[
+            AttemptPublic.model_validate(a).model_copy(update={"message": _text(a.message, admin)})
+            for a in crud.job_attempts(session=session, job_id=job.id)
+        ],
         transitions=[
-            TransitionPublic.model_validate(t) for t in crud.job_transitions(session=session, job_id=job.id)
+            TransitionPublic.model_validate(t).model_copy(update={"reason": _text(t.reason, admin) or ""})
+            for t in crud.job_transitions(session=session, job_id=job.id)
         ],
     )
 

@@ -5,6 +5,7 @@ own process group, never by name (other Ray clusters on the machine are left alo
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -248,10 +249,11 @@ class Server:
         return "".join(p.read_text() for p in self.logs if p.exists())
 
     def admin_key(self) -> str:
+        """The bootstrap admin key, read from the file the server says it wrote (mode 0600)."""
         for line in self.output().splitlines():
-            if "bootstrap admin key" in line:
-                return line.rsplit(" ", 1)[-1]
-        raise LookupError("no bootstrap admin key printed")
+            if found := re.search(r"bootstrap admin key written to (.+) \(mode 0600\)", line):
+                return Path(found.group(1)).read_text().strip()
+        raise LookupError("no bootstrap admin key written")
 
 
 def make_server(tmp: Path, *, ray_address: str, database_url: str | None = None, **env: str) -> Server:
@@ -262,6 +264,7 @@ def make_server(tmp: Path, *, ray_address: str, database_url: str | None = None,
         "RAY_ADDRESS": ray_address,
         "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",
         "SMARTUNE_CAPACITY_TTL_S": "1",
+        "SMARTUNE_MLFLOW_UI_PROTECTED": "true",  # as a deployment with its MLflow UI behind auth: links shown
         "SMARTUNE_ENTRYPOINT_PYTHON": sys.executable,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

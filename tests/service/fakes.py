@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +32,15 @@ class FakeRay:
     jobs: dict[str, FakeRayJob] = field(default_factory=dict)
     submissions: list[str] = field(default_factory=list)  # every accepted submit, in order
     stopped: list[str] = field(default_factory=list)
+    stop_calls: list[str] = field(default_factory=list)  # every stop asked for, known to Ray or not
     down: bool = False
+    odd: set[str] = field(default_factory=set)  # submission ids whose every call raises an unexpected error
 
-    def _check(self) -> None:
+    def _check(self, submission_id: str | None = None) -> None:
         if self.down:
             raise RayUnavailable("fake Ray is down")
+        if submission_id in self.odd:
+            raise ValueError(f"an answer about {submission_id} nobody expected")
 
     def submit(
         self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
@@ -47,12 +52,13 @@ class FakeRay:
         self.submissions.append(submission_id)
 
     def info(self, submission_id: str) -> RayJobInfo | None:
-        self._check()
+        self._check(submission_id)
         job = self.jobs.get(submission_id)
         return RayJobInfo(job.status, job.message) if job else None
 
     def stop(self, submission_id: str) -> bool:
-        self._check()
+        self._check(submission_id)
+        self.stop_calls.append(submission_id)
         job = self.jobs.get(submission_id)
         if job is None or job.status in RAY_FINAL:
             return False
@@ -90,20 +96,32 @@ class FakeTracker:
     trials: dict[str, list[TrialRun]] = field(default_factory=dict)
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     ended: list[tuple[str, str]] = field(default_factory=list)
+    down: bool = False  # every read fails, as an unreachable tracking server's
+    hang_s: float = 0.0  # every read takes this long first, as a hung one's
+    experiments: list[str | None] = field(default_factory=list)  # the experiment of every read
 
-    def ensure_experiment(self) -> str | None:
+    def _read(self, experiment: str | None) -> None:
+        self.experiments.append(experiment)
+        if self.hang_s:
+            time.sleep(self.hang_s)
+        if self.down:
+            raise ConnectionError("fake MLflow is down")
+
+    def ensure_experiment(self, experiment: str | None = None) -> str | None:
         return "1"
 
-    def job_runs(self, job_id: str) -> JobRuns:
+    def job_runs(self, job_id: str, experiment: str | None = None) -> JobRuns:
+        self._read(experiment)
         trials = self.trials.get(job_id, [])
         return JobRuns(
             experiment_id="1", parent_run_id=f"parent-{job_id}" if trials else None, trials=list(trials)
         )
 
-    def summary(self, job_id: str) -> dict[str, Any] | None:
+    def summary(self, job_id: str, experiment: str | None = None) -> dict[str, Any] | None:
+        self._read(experiment)
         return self.summaries.get(job_id)
 
-    def end_runs(self, job_id: str, status: str) -> int:
+    def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         self.ended.append((job_id, status))
         return len(self.trials.get(job_id, []))
 

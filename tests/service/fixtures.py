@@ -42,6 +42,7 @@ def settings(tmp_path: Path, db_url: str, data_root: Path) -> Settings:
         ray_address="http://ray.invalid:8265",
         mlflow_tracking_uri="sqlite:///unused",
         mlflow_ui_url="http://mlflow.test",
+        mlflow_ui_protected=True,  # links are handed out only for a UI behind authentication
         data_roots=[data_root],
         glue_dir=None,
         bootstrap_admin=False,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 from fastapi.testclient import TestClient
 
 from service.config import Settings
@@ -11,9 +13,14 @@ from tests.service.utils import auth, spec
 
 
 def test_create_list_update_teams_and_issue_keys(client: TestClient, admin_key: str) -> None:
-    body = {"name": "nlp", "gpu_quota": 2, "max_concurrent_jobs": 3, "weight": 2, "default_priority": 5}
+    body = {"name": "nlp", "gpu_quota": 2, "max_concurrent_jobs": 3, "weight": 2, "default_priority": 5,
+            "max_priority": 5, "cpu_quota": 16}  # fmt: skip
     created = client.post("/api/v1/teams", json=body, headers=auth(admin_key))
-    assert created.status_code == 201 and created.json()["gpu_quota"] == 2
+    assert (
+        created.status_code == 201 and created.json()["gpu_quota"] == 2 and created.json()["cpu_quota"] == 16
+    )
+    above = client.post("/api/v1/teams", json={"name": "x", "default_priority": 9}, headers=auth(admin_key))
+    assert above.status_code == 422  # a default above the team's maximum
     assert client.post("/api/v1/teams", json=body, headers=auth(admin_key)).status_code == 409
     bad = client.post("/api/v1/teams", json={"name": "Not A Slug"}, headers=auth(admin_key))
     assert bad.status_code == 422 and bad.json()["field"] == "name"
@@ -29,17 +36,23 @@ def test_create_list_update_teams_and_issue_keys(client: TestClient, admin_key: 
     assert job["team"] == "nlp" and job["priority"] == 5  # the team's default priority
     explicit = client.post("/api/v1/jobs", json=spec(priority=-3), headers=auth(key)).json()
     assert explicit["priority"] == -3
+    greedy = client.post("/api/v1/jobs", json=spec(priority=50), headers=auth(key)).json()
+    assert greedy["field"] == "priority" and "maximum priority of 5" in greedy["detail"]
     listed = client.get("/api/v1/teams/nlp/keys", headers=auth(admin_key)).json()
     assert listed["count"] == 1 and "key" not in listed["data"][0]
 
 
-def test_bootstrap_prints_an_admin_key_once(settings: Settings, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_bootstrap_writes_an_admin_key_once_to_a_private_file(settings: Settings, capsys) -> None:  # type: ignore[no-untyped-def]
     settings = settings.model_copy(update={"bootstrap_admin": True})
     app = create_app(settings, ray=FakeRay(), tracker=FakeTracker(), run_engine=False)
     with TestClient(app) as client:
         printed = capsys.readouterr().out
-        key = printed.strip().rsplit(" ", 1)[-1]
+        path = settings.data_dir / "admin-key"
+        assert f"written to {path} (mode 0600)" in printed and "smt_" not in printed  # never on a log
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        key = path.read_text().strip()
         assert key.startswith("smt_")
         assert client.get("/api/v1/teams", headers=auth(key)).status_code == 200
     with TestClient(create_app(settings, ray=FakeRay(), tracker=FakeTracker(), run_engine=False)):
         assert "admin key" not in capsys.readouterr().out
+    assert path.read_text().strip() == key  # written once, never replaced

@@ -156,7 +156,7 @@ def test_ray_down_postpones_everything(
 
 
 def test_two_teams_with_one_gpu_each_share_a_two_gpu_pool(
-    client: TestClient, db: Database, engine: Engine, fake_ray: FakeRay
+    client: TestClient, db: Database, engine: Engine, fake_ray: FakeRay, admin_key: str
 ) -> None:
     fake_ray.gpus = 2
     a, b = make_team(db, "alpha", gpu_quota=1), make_team(db, "beta", gpu_quota=1)
@@ -170,11 +170,15 @@ def test_two_teams_with_one_gpu_each_share_a_two_gpu_pool(
         "QUEUED",
         "DISPATCHED",
     ]
-    assert read(client, a, a2)["wait_reason"] == "team quota: 1/1 GPUs in use, needs 1 GPU"
+    assert read(client, a, a2)["wait_reason"] == "team quota: 1/1 GPUs in use, needs 1 GPU at its peak"
     pool = client.get("/api/v1/pool", headers=auth(a)).json()
     assert pool["capacity"] == {"cpus": 8.0, "gpus": 2.0} and pool["free"]["gpus"] == 0
     usage = {t["team"]: (t["gpus_in_use"], t["jobs_running"], t["jobs_queued"]) for t in pool["teams"]}
-    assert usage == {"alpha": (1.0, 1, 1), "beta": (1.0, 1, 0)}
+    assert usage == {"alpha": (1.0, 1, 1)}  # a team's key sees its own team, and the others as totals
+    assert pool["others"] == {"teams": 1, "gpus_in_use": 1.0, "jobs_running": 1, "jobs_queued": 0}
+    pool = client.get("/api/v1/pool", headers=auth(admin_key)).json()
+    usage = {t["team"]: (t["gpus_in_use"], t["jobs_running"], t["jobs_queued"]) for t in pool["teams"]}
+    assert usage == {"alpha": (1.0, 1, 1), "beta": (1.0, 1, 0)} and pool["others"] is None
     queue = client.get("/api/v1/pool/queue", headers=auth(a)).json()
     assert queue["data"] == [
         {
@@ -185,7 +189,7 @@ def test_two_teams_with_one_gpu_each_share_a_two_gpu_pool(
             "cpus": 1.0,
             "gpus": 1.0,
             "queued_at": queue["data"][0]["queued_at"],
-            "reason": "team quota: 1/1 GPUs in use, needs 1 GPU",
+            "reason": "team quota: 1/1 GPUs in use, needs 1 GPU at its peak",
         }
     ]
     fake_ray.set(f"{a1}-a1", "SUCCEEDED", logs=summary_line(a1))

@@ -48,7 +48,7 @@ def test_team_gpu_quota_holds_only_that_team() -> None:
     queued = [job("a1", 1, 1), job("a2", 1, 2), job("b1", 2, 3)]
     result = plan(queued, state, Resources(64, 2), Resources(64, 2))
     assert result.admitted == ["a1", "b1"]
-    assert result.reasons["a2"] == "team quota: 1/1 GPUs in use, needs 1 GPU"
+    assert result.reasons["a2"] == "team quota: 1/1 GPUs in use, needs 1 GPU at its peak"
 
 
 def test_concurrent_jobs_quota_holds_every_later_job_of_the_team() -> None:
@@ -96,3 +96,38 @@ def test_ten_thousand_jobs_from_fifty_teams_are_ordered_quickly() -> None:
     elapsed = time.perf_counter() - start
     assert len(result.order) == 10_000 and len(result.admitted) == 64
     assert elapsed < 1.0  # the benchmark's target is 50 ms; this guards against quadratic regressions
+
+
+def test_quota_counts_a_jobs_peak_not_its_first_trial() -> None:
+    # Quota 4 with 3 in use: a job peaking at 4 GPUs (4 concurrent trials of 1) waits; before, it was
+    # admitted on its first trial and the team held 7.
+    state = teams((1, {"gpu_quota": 4, "gpus_in_use": 3}))
+    result = plan([job("wide", 1, 1, peak=4), job("narrow", 1, 2)], state, BIG, BIG)
+    assert result.admitted == ["narrow"]
+    assert result.reasons["wide"] == "team quota: 3/4 GPUs in use, needs 4 GPUs at its peak"
+
+
+def test_cpu_quota_beside_the_gpu_quota() -> None:
+    state = teams((1, {"cpu_quota": 4, "cpus_in_use": 2}))
+    result = plan([job("cpu-heavy", 1, 1, gpus=0, cpus=2, peak=2), job("small", 1, 2, gpus=0, cpus=1, peak=2)],
+                  state, BIG, BIG)  # fmt: skip
+    assert result.admitted == ["small"]
+    assert result.reasons["cpu-heavy"] == "team quota: 2/4 CPUs in use, needs 4 CPUs at its peak"
+
+
+def test_a_job_the_pool_can_never_hold_does_not_hold_the_queue() -> None:
+    # The pool shrank to 2 GPUs after "huge" (4 GPUs per trial) was accepted: it waits with its reason,
+    # and every later job still runs.
+    result = plan([job("huge", 1, 1, gpus=4), job("later", 2, 2)], teams((1, {}), (2, {})),
+                  Resources(64, 2), Resources(64, 2))  # fmt: skip
+    assert result.admitted == ["later"]
+    assert result.reasons["huge"] == "pool too small: needs 4 GPUs per trial, the pool has 2"
+
+
+def test_concurrency_is_clamped_to_what_the_pool_holds() -> None:
+    from service.pool import concurrency
+
+    assert concurrency(1, 1, 8, 20, Resources(64, 2)) == 2  # 8 asked, 2 GPUs: 2 run at once
+    assert concurrency(4, 0, 8, 20, Resources(6, 0)) == 1  # 4 CPUs each on 6 CPUs
+    assert concurrency(1, 0.5, 8, 3, Resources(64, 8)) == 3  # no more than it has trials
+    assert concurrency(1, 1, 8, 20, None) == 8  # pool unknown: as asked

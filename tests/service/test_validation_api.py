@@ -73,9 +73,20 @@ def test_data_and_model_paths_must_lie_under_a_data_root(
         response = post(client, team_key, body)
         assert response.status_code == 422, body
         assert response.json()["field"] == field
-    assert post(client, team_key, spec(data="nyu-mll/glue")).status_code == 201  # a hub id passes through
     relative = post(client, team_key, spec(data="train.csv")).json()
     assert relative["field"] == "data" and "relative path" in relative["detail"]
+
+
+def test_hub_ids_only_where_the_deployment_allows_them(
+    client: TestClient, app: Any, settings: Any, team_key: str
+) -> None:
+    hub = post(client, team_key, spec(data="nyu-mll/glue")).json()  # the default: no hub downloads at all
+    assert hub["field"] == "data" and "SMARTUNE_HUB_ALLOW" in hub["detail"]
+    assert post(client, team_key, spec(model="org/any-model")).json()["field"] == "model"
+    app.state.settings = settings.model_copy(update={"hub_allow": ["nyu-mll/*"]})
+    assert post(client, team_key, spec(data="nyu-mll/glue")).status_code == 201
+    assert post(client, team_key, spec(model="org/any-model")).status_code == 422  # not on the list
+    assert post(client, team_key, spec(model="tiny-random")).status_code == 201  # aliases are local
 
 
 def test_gpus_beyond_the_teams_quota_are_refused(client: TestClient, db: Database) -> None:
@@ -162,3 +173,28 @@ def test_idempotency_key_header_is_validated(client: TestClient, team_key: str) 
         "/api/v1/jobs", json=spec(), headers={**auth(team_key), "Idempotency-Key": "k" * 300}
     )
     assert response.status_code == 422 and response.json()["field"] == "header.idempotency-key"
+
+
+def test_what_could_never_run_is_refused_at_submission(
+    client: TestClient, db: Database, app: Any, settings: Any
+) -> None:
+    key = make_team(db, "cpu-bound", gpu_quota=0, cpu_quota=4)
+    cpus = post(client, key, spec(resources={"cpus": 8}))
+    assert cpus.status_code == 422 and cpus.json()["field"] == "resources.cpus"
+    peak = post(client, key, spec(resources={"cpus": 3}, limits={"max_concurrent_trials": 2}, seeds=[1, 2]))
+    assert (
+        peak.json()["field"] == "limits.max_concurrent_trials" and "quota of 4 CPUs" in peak.json()["detail"]
+    )
+    gpus = post(client, key, spec(resources={"gpus": 1}))  # a quota of 0 GPUs: no GPU job ever runs
+    assert gpus.json()["field"] == "resources.gpus"
+    budget = post(client, key, spec(limits={"time_budget_s": 10 * 86400}))
+    assert budget.json()["field"] == "limits.time_budget_s"
+    app.state.settings = settings.model_copy(update={"max_spec_bytes": 1024})
+    big = post(client, key, spec(name="x" * 190, columns={f"c{i}": "y" * 40 for i in range(20)}))
+    assert big.status_code == 413 and "environment variable" in big.json()["detail"]
+
+
+def test_a_team_without_a_quota_gets_the_deployments(client: TestClient, db: Database) -> None:
+    key = make_team(db, "default-quota")  # default_gpu_quota 1 in the test settings' defaults
+    assert post(client, key, spec(resources={"gpus": 2})).json()["field"] == "resources.gpus"
+    assert post(client, key, spec(resources={"gpus": 1})).status_code == 201

@@ -45,7 +45,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 def make_team(db: Database, name: str, **quota: Any) -> str:
-    """Create a team (quota: gpu_quota, max_concurrent_jobs, weight, default_priority); return a key."""
+    """Create a team (gpu_quota, cpu_quota, max_concurrent_jobs, weight, priorities, data_roots); return a key."""
     with db.write_sessions() as session:
         team = crud.create_team(session=session, team_in=TeamCreate(name=name, **quota))
         _row, key = crud.create_api_key(session=session, team=team)

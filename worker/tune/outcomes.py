@@ -15,7 +15,7 @@ from mlflow.entities import Run
 from ray.tune import ResultGrid
 from ray.tune.experiment import Trial
 
-from worker.contract.errors import classify
+from worker.contract.errors import classify, reason
 from worker.contract.spec import JobSpec
 from worker.contract.tags import BEST_CHECKPOINT_URI, ERROR_CLASS, ERROR_MESSAGE, STATE, State
 from worker.contract.tasks import get_task
@@ -56,7 +56,7 @@ def record_final_state(
         error_class = run.data.tags.get(ERROR_CLASS) or classify(error, error_text)
         run.data.tags[ERROR_CLASS] = error_class
         if ERROR_MESSAGE not in run.data.tags:  # keep the trial's own one-line message when it left one
-            message = error_text or (f"{type(error).__name__}: {error}" if error else None)
+            message = reason(error, error_text)  # one line: never a remote traceback
     finish_trial_run(client, run.info.run_id, state, error_class, message)
     return run
 

@@ -4,9 +4,10 @@
 `SMARTUNE_JOB_SPEC`, or `--spec-json JSON`, or `--spec FILE` in YAML or JSON); `smartune sweep` calls
 `run_sweep` for a local run. The Tune experiment is named after the job id under the storage path, so
 attempt N+1 restores attempt N's experiment (unfinished and errored trials resume from their last
-checkpoints) instead of starting over. Exit codes: 0 when the sweep ran (even with failed trials; the
-summary JSON is the last line of stdout), 2 for an invalid spec (before Ray starts), 1 when the sweep
-could not run, 130 when interrupted (rerun the same job id to resume).
+checkpoints) instead of starting over. Exit codes: 0 when the sweep ran and at least one trial completed
+(the summary JSON is the last line of stdout), 3 when it ran but no trial completed (the summary still
+comes last; the reason is on stderr), 2 for an invalid spec (before Ray starts), 1 when the sweep could
+not run, 130 when interrupted (rerun the same job id to resume).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from worker.tune.tuning import (
 )
 
 SPEC_ENV = "SMARTUNE_JOB_SPEC"
+NO_RESULT = 3  # exit code of a sweep that ran but whose every trial failed
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 logger = logging.getLogger("smartune.sweep")
 
@@ -263,9 +265,13 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
     finally:
         if owned:
             ray.shutdown()  # stops trial log forwarding, so the summary stays the last line of stdout
+    completed = sum(summary["trials_by_state"].get(state, 0) for state in ("TERMINATED", "STOPPED"))
+    if not completed:  # a sweep that produced no result failed, whatever ran
+        failed = {state: n for state, n in summary["trials_by_state"].items() if n}
+        print(f"sweep {job_id}: no trial completed ({failed})", file=sys.stderr)
     sys.stdout.flush()
     print(json.dumps(summary, default=str))
-    return 0
+    return 0 if completed else NO_RESULT
 
 
 if __name__ == "__main__":

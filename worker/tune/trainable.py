@@ -26,7 +26,7 @@ from mlflow.entities import Run
 from ray import tune
 from transformers.utils import logging as hf_logging
 
-from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, classify
+from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, classify, reason
 from worker.contract.grid import ResolvedTrial, cell_key
 from worker.contract.tags import (
     ATTEMPT,
@@ -49,7 +49,7 @@ from worker.training.models import describe_model, model_digest
 from worker.training.provenance import environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
-from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state
+from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state, writing
 from worker.tune.tracking import (
     TrackingTarget,
     clear_tags,
@@ -117,12 +117,16 @@ def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> No
 
 
 def _log_best(client: MlflowClient, run: Run, session: TrainingSession, record: Mapping[str, Any]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        save_checkpoint(session, Path(tmp))  # weights + config + tokenizer, loadable with from_pretrained
-        (Path(tmp) / "best.json").write_text(
-            json.dumps({"epoch": record["epoch"], "metrics": record["metrics"]})
-        )
-        retrying(lambda: client.log_artifacts(run.info.run_id, tmp, BEST_CHECKPOINT))
+    with writing(f"the best model (epoch {record['epoch']}) to a local temporary folder"):
+        tmp_dir = tempfile.TemporaryDirectory()
+    with tmp_dir as tmp:
+        with writing(f"the best model (epoch {record['epoch']}) to the local temporary folder {tmp}"):
+            save_checkpoint(session, Path(tmp))  # weights + config + tokenizer, loadable with from_pretrained
+            (Path(tmp) / "best.json").write_text(
+                json.dumps({"epoch": record["epoch"], "metrics": record["metrics"]})
+            )
+        with writing(f"the best model (epoch {record['epoch']}) to MLflow's artifact store"):
+            retrying(lambda: client.log_artifacts(run.info.run_id, tmp, BEST_CHECKPOINT))
     uri = f"{run.info.artifact_uri.rstrip('/')}/{BEST_CHECKPOINT}"
     set_tags(client, run.info.run_id, {BEST_CHECKPOINT_URI: uri, BEST_EPOCH: record["epoch"]})
 
@@ -136,9 +140,16 @@ def tune_reporter(metrics: dict[str, float], folder: Path) -> None:
 
 
 def _report_state(report: Reporter, metrics: dict[str, float], state: dict[str, Any]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        write_state(Path(tmp), state)
-        report(metrics, Path(tmp))
+    """The epoch's state written locally, then reported (Tune copies it into the sweep's storage). A
+    write that the file system refuses becomes a StorageError (class `storage`) naming which one."""
+    what = f"the epoch {int(metrics['epoch'])} checkpoint"
+    with writing(f"{what} to a local temporary folder"):
+        tmp_dir = tempfile.TemporaryDirectory()
+    with tmp_dir as tmp:
+        with writing(f"{what} to the local temporary folder {tmp}"):
+            write_state(Path(tmp), state)
+        with writing(f"{what} to the sweep's storage"):
+            report(metrics, Path(tmp))
 
 
 def run_trial(
@@ -246,7 +257,7 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
             run.info.run_id,
             {
                 ERROR_CLASS: classify(err),
-                ERROR_MESSAGE: f"{type(err).__name__}: {err}"[-4000:],
+                ERROR_MESSAGE: reason(err),
                 ERROR_ATTEMPT: context.attempt,
             },
         )

@@ -1,4 +1,9 @@
-"""Liveness (`/healthz`, no auth) and readiness (`/readyz`: the database and Ray answer)."""
+"""Liveness (`/healthz`, no auth) and readiness (`/readyz`: the database and Ray answer).
+
+Neither is rate limited: probes come often, from the orchestrator. `/healthz` is `async def` and touches
+nothing, so it answers while the database or the thread pool is stuck (that is what liveness means);
+`/readyz` asks the database and Ray from the thread pool.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from service.api.deps import CurrentKey, RayJobsDep, SessionDep
+from service.api.deps import ProbeKey, RayJobsDep, SessionDep
+from service.api.responses import errors
 from service.ray_jobs import RayUnavailable
 from service.schemas import HealthPublic, ReadyPublic
 
@@ -14,13 +20,20 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=HealthPublic)
-def read_health() -> HealthPublic:
-    """The process is up."""
+async def read_health() -> HealthPublic:
+    """The process is up (no key, no database)."""
     return HealthPublic(status="ok")
 
 
-@router.get("/readyz", response_model=ReadyPublic, responses={503: {"model": ReadyPublic}})
-def read_ready(session: SessionDep, ray: RayJobsDep, _key: CurrentKey) -> ReadyPublic | JSONResponse:
+@router.get(
+    "/readyz",
+    response_model=ReadyPublic,
+    responses={
+        **errors(401),
+        503: {"model": ReadyPublic, "description": "the database or Ray does not answer (says which)"},
+    },
+)
+def read_ready(session: SessionDep, ray: RayJobsDep, _key: ProbeKey) -> ReadyPublic | JSONResponse:
     """The database and the Ray cluster both answer (503 otherwise, saying which does not)."""
     try:
         session.execute(text("SELECT 1"))

@@ -1,15 +1,17 @@
 """Jobs: submit a sweep, list and read jobs, cancel one, read its logs and its results.
 
-Reads are `async def`: a few indexed queries on the event loop cost less than a hop to the thread pool
-(SQLite readers never wait in WAL mode). Writes run whole through the `Writer` (see service.api.deps);
-calls to Ray run in the thread pool.
+Nothing here touches the database, Ray or a large spec on the event loop: reads are plain `def` routes
+(FastAPI runs them in its thread pool), writes run whole through the `Writer` (service.api.deps), and the
+submitted spec is parsed and validated in a worker thread, a few at a time (service.api.spec_body).
+A team's key sees its own jobs with error texts cleaned of log tails and server paths; admins see all.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Response
+import anyio.to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
@@ -18,6 +20,7 @@ from service import jobs as job_ops
 from service.api.deps import (
     CurrentKey,
     EngineDep,
+    Principal,
     RayJobsDep,
     SessionDep,
     SettingsDep,
@@ -26,22 +29,34 @@ from service.api.deps import (
     WriteSessionDep,
 )
 from service.api.examples import SPEC_EXAMPLES
+from service.api.redact import public_summary
+from service.api.responses import errors
+from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
 from service.errors import ApiError, not_found
 from service.models import Job, JobState, Team
 from service.ray_jobs import RayUnavailable
-from service.schemas import ErrorBody, JobDetail, JobPublic, JobsPublic, JobSubmitted
-from worker.contract.spec import JobSpec
+from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "missing, invalid or revoked key"},
-    404: {"model": ErrorBody, "description": "no such job in the caller's team"},
+_NOT_FOUND = {404: "no such job in the caller's team"}
+# The request body is read by the route itself (see create_job); this tells the OpenAPI document what it is.
+SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "a job spec (worker.contract.spec.JobSpec)",
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/JobSpec"},
+                "examples": SPEC_EXAMPLES,
+            }
+        },
+    }
 }
 
 
-def _job(session: SessionDep, key: CurrentKey, job_id: str, *, for_update: bool = False) -> Job:
+def _job(session: SessionDep, key: Principal, job_id: str, *, for_update: bool = False) -> Job:
     job = crud.get_job(session=session, job_id=job_id, team_id=key.scope, for_update=for_update)
     if job is None:
         raise not_found("job", job_id)
@@ -52,17 +67,28 @@ def _job(session: SessionDep, key: CurrentKey, job_id: str, *, for_update: bool 
     "",
     status_code=201,
     response_model=JobSubmitted,
+    openapi_extra=SPEC_BODY,
     responses={
-        **_ERRORS,
         200: {"model": JobSubmitted, "description": "Idempotency-Key replay: the original job"},
-        409: {"model": ErrorBody, "description": "Idempotency-Key reused with a different spec"},
-        413: {"model": ErrorBody, "description": "body too large"},
-        422: {"model": ErrorBody, "description": "invalid spec; `field` names the culprit"},
-        429: {"model": ErrorBody, "description": "too many queued jobs for the team"},
+        **errors(
+            400,
+            401,
+            403,
+            409,
+            413,
+            415,
+            422,
+            429,
+            notes={
+                403: "the key belongs to no team (admin keys cannot submit)",
+                409: "Idempotency-Key reused with a different spec",
+                429: "the key's rate limit (with Retry-After), or the team's queue is full",
+            },
+        ),
     },
 )
 async def create_job(
-    spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
+    request: Request,
     session: WriteSessionDep,
     key: TeamKey,
     settings: SettingsDep,
@@ -72,18 +98,30 @@ async def create_job(
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
 ) -> JobSubmitted:
     """Submit a job spec (one sweep); it waits in the queue until its team's quota and the pool have room."""
+    raw = await request.body()
+    spec = await anyio.to_thread.run_sync(
+        lambda: read_spec(raw, request.headers.get("content-type"), max_cells=settings.max_cells),
+        limiter=request.app.state.spec_limiter,
+    )
+    capacity = engine.capacity
 
     def submit() -> JobSubmitted:
         team = session.get(Team, key.team_id)
         if team is None:  # deleted after the key was cached
             raise ApiError(403, "this key's team no longer exists")
         job, replayed = job_ops.submit_job(
-            session=session, settings=settings, team=team, spec=spec, idempotency_key=idempotency_key
+            session=session,
+            settings=settings,
+            team=team,
+            spec=spec,
+            idempotency_key=idempotency_key,
+            capacity=capacity,
         )
         twins = crud.identical_jobs(
             session=session, team_id=job.team_id, spec_hash=job.spec_hash, exclude=job.id
         )
-        return JobSubmitted(**job_public(job, settings).model_dump(), replayed=replayed, identical_jobs=twins)
+        public = job_public(job, settings, admin=key.is_admin)
+        return JobSubmitted(**public.model_dump(), replayed=replayed, identical_jobs=twins)
 
     submitted = await writer.run(session, submit)
     response.status_code = 200 if submitted.replayed else 201
@@ -92,8 +130,8 @@ async def create_job(
     return submitted
 
 
-@router.get("", response_model=JobsPublic, responses=_ERRORS)
-async def read_jobs(
+@router.get("", response_model=JobsPublic, responses=errors(401, 422, 429))
+def read_jobs(
     session: SessionDep,
     key: CurrentKey,
     settings: SettingsDep,
@@ -105,19 +143,19 @@ async def read_jobs(
     rows, count = crud.list_jobs(
         session=session, team_id=key.scope, states=[s.value for s in state or []], limit=limit, offset=offset
     )
-    return JobsPublic(data=[job_public(j, settings) for j in rows], count=count)
+    return JobsPublic(data=[job_public(j, settings, admin=key.is_admin) for j in rows], count=count)
 
 
-@router.get("/{job_id}", response_model=JobDetail, responses=_ERRORS)
-async def read_job(job_id: str, session: SessionDep, key: CurrentKey, settings: SettingsDep) -> JobDetail:
+@router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 429, notes=_NOT_FOUND))
+def read_job(job_id: str, session: SessionDep, key: CurrentKey, settings: SettingsDep) -> JobDetail:
     """Read a job: state, timestamps, trials with their best scores, attempts, transitions, MLflow links."""
-    return job_detail(session, _job(session, key, job_id), settings)
+    return job_detail(session, _job(session, key, job_id), settings, admin=key.is_admin)
 
 
 @router.post(
     "/{job_id}/cancel",
     response_model=JobPublic,
-    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "the job has already finished"}},
+    responses=errors(401, 404, 409, 429, notes={**_NOT_FOUND, 409: "the job has already finished"}),
 )
 async def cancel_job(
     job_id: str,
@@ -134,7 +172,7 @@ async def cancel_job(
         job, stop = job_ops.cancel_job(
             session=session, job=_job(session, key, job_id, for_update=True), by=key.key_id
         )
-        return job_public(job, settings), stop
+        return job_public(job, settings, admin=key.is_admin), stop
 
     cancelled, stop = await writer.run(session, cancel)
     if stop is not None:
@@ -146,17 +184,25 @@ async def cancel_job(
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
-    responses={**_ERRORS, 503: {"model": ErrorBody, "description": "Ray unreachable"}},
+    responses=errors(
+        401,
+        404,
+        422,
+        429,
+        503,
+        notes={404: "no such job, attempt, or logs Ray still holds", 503: "Ray is unreachable"},
+    ),
 )
 def read_job_logs(
     job_id: str,
     session: SessionDep,
     key: CurrentKey,
     ray: RayJobsDep,
-    attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=10**6, description="default: the latest")] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="only the last N lines")] = None,
 ) -> PlainTextResponse:
-    """The sweep driver's output, from Ray (empty until the job is dispatched)."""
+    """The sweep driver's output, from Ray (empty until the job is dispatched). It is the team's own
+    program's output, so it is shown as it is."""
     job = _job(session, key, job_id)
     number = attempt or job.attempt
     if number == 0:
@@ -166,7 +212,7 @@ def read_job_logs(
     try:
         text = ray.logs(f"{job_id}-a{number}")
     except RayUnavailable as err:
-        raise ApiError(503, f"Ray is unreachable: {err}") from err
+        raise ApiError(503, "Ray is unreachable; try again later") from err
     if text is None:
         raise ApiError(404, f"Ray no longer holds the logs of {job_id}-a{number}")
     return PlainTextResponse("\n".join(text.splitlines()[-tail:]) if tail else text)
@@ -174,13 +220,14 @@ def read_job_logs(
 
 @router.get(
     "/{job_id}/results",
-    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "the job has not succeeded (yet)"}},
+    responses=errors(401, 404, 409, 429, notes={**_NOT_FOUND, 409: "the job has not succeeded (yet)"}),
 )
-async def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
-    """The sweep summary (cells with mean and std over seeds, the best trial), once the job has SUCCEEDED."""
+def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
+    """The sweep summary (cells with mean and std over seeds, the best trial with its run id), once the
+    job has SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths)."""
     job = _job(session, key, job_id)
     if job.state != JobState.SUCCEEDED:
         raise ApiError(409, f"job {job_id} is {job.state}; results exist once it has SUCCEEDED")
     if job.summary is None:
         raise ApiError(404, f"job {job_id} succeeded but left no summary")
-    return dict(job.summary)
+    return public_summary(job.summary)

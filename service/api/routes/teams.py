@@ -1,14 +1,15 @@
-"""Teams (admin only): create, list, read, and set quota, weight and default priority; issue keys."""
+"""Teams (admin only): create, list, read, and set quota, weight and default priority; issue keys.
+
+Plain `def` routes: FastAPI runs them, and their queries, in its thread pool."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
 from service import crud
 from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, WriteSessionDep
+from service.api.responses import errors
 from service.api.views import key_public
 from service.errors import ApiError, not_found
 from service.models import Team
@@ -16,7 +17,6 @@ from service.schemas import (
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeysPublic,
-    ErrorBody,
     TeamCreate,
     TeamPublic,
     TeamsPublic,
@@ -24,7 +24,10 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/teams", tags=["teams"])
-_ADMIN: dict[int | str, dict[str, Any]] = {403: {"model": ErrorBody, "description": "not an admin key"}}
+_NOTES = {403: "not an admin key", 404: "no such team"}
+_READ = errors(401, 403, 429, notes=_NOTES)
+_READ_ONE = errors(401, 403, 404, 429, notes=_NOTES)
+_WRITE_ONE = errors(400, 401, 403, 404, 413, 422, 429, notes=_NOTES)
 
 
 def _team(session: SessionDep, name: str) -> Team:
@@ -34,7 +37,12 @@ def _team(session: SessionDep, name: str) -> Team:
     return team
 
 
-@router.post("", status_code=201, response_model=TeamPublic, responses={**_ADMIN, 409: {"model": ErrorBody}})
+@router.post(
+    "",
+    status_code=201,
+    response_model=TeamPublic,
+    responses=errors(400, 401, 403, 409, 413, 422, 429, notes={**_NOTES, 409: "the team exists already"}),
+)
 def create_team(team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey) -> Team:
     """Create a team with its quota (GPUs, concurrent jobs), fair-share weight and default priority."""
     try:
@@ -45,20 +53,20 @@ def create_team(team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey)
     return team
 
 
-@router.get("", response_model=TeamsPublic, responses=_ADMIN)
+@router.get("", response_model=TeamsPublic, responses=_READ)
 def read_teams(session: SessionDep, _admin: AdminKey) -> TeamsPublic:
     """List the teams."""
     teams = crud.list_teams(session=session)
     return TeamsPublic(data=[TeamPublic.model_validate(t) for t in teams], count=len(teams))
 
 
-@router.get("/{name}", response_model=TeamPublic, responses=_ADMIN)
+@router.get("/{name}", response_model=TeamPublic, responses=_READ_ONE)
 def read_team(name: str, session: SessionDep, _admin: AdminKey) -> Team:
     """Read a team."""
     return _team(session, name)
 
 
-@router.patch("/{name}", response_model=TeamPublic, responses=_ADMIN)
+@router.patch("/{name}", response_model=TeamPublic, responses=_WRITE_ONE)
 def update_team(
     name: str,
     team_in: TeamUpdate,
@@ -75,7 +83,7 @@ def update_team(
     return team
 
 
-@router.post("/{name}/keys", status_code=201, response_model=ApiKeyCreated, responses=_ADMIN)
+@router.post("/{name}/keys", status_code=201, response_model=ApiKeyCreated, responses=_WRITE_ONE)
 def create_team_key(
     name: str, key_in: ApiKeyCreate, session: WriteSessionDep, _admin: AdminKey
 ) -> ApiKeyCreated:
@@ -87,7 +95,7 @@ def create_team_key(
     return ApiKeyCreated(**key_public(row).model_dump(), key=key)
 
 
-@router.get("/{name}/keys", response_model=ApiKeysPublic, responses=_ADMIN)
+@router.get("/{name}/keys", response_model=ApiKeysPublic, responses=_READ_ONE)
 def read_team_keys(name: str, session: SessionDep, _admin: AdminKey) -> ApiKeysPublic:
     """List a team's keys (ids and dates; never the keys)."""
     keys = crud.list_api_keys(session=session, team=_team(session, name))

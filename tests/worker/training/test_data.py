@@ -132,10 +132,11 @@ def test_missing_column(tmp_path: Path) -> None:
 def test_unknown_label_lists_the_allowed_ones(tmp_path: Path) -> None:
     rows = "0\ta\tb\tentailment\n1\tc\td\tentailed\n"
     path = write(tmp_path / "RTE" / "dev.tsv", "index\tsentence1\tsentence2\tlabel\n" + rows)
-    with pytest.raises(DataError, match="unknown label 'entailed'") as info:
+    with pytest.raises(DataError, match="unknown label") as info:
         load_glue_split(get_task("rte"), tmp_path, "dev")
     assert_names(info.value, path, 3, "label")
-    assert "'entailment', 'not_entailment'" in str(info.value)
+    assert "expected one of 'entailment', 'not_entailment'" in str(info.value)
+    assert "entailed" not in str(info.value)  # the cell's text stays out of the message
 
 
 def test_empty_file_and_header_only_file(tmp_path: Path) -> None:
@@ -159,7 +160,7 @@ def test_empty_text(tmp_path: Path) -> None:
 
 def test_unparsable_regression_score(tmp_path: Path) -> None:
     path = write(tmp_path / "s.csv", "sentence1,sentence2,score\na,b,4.2\nc,d,high\n")
-    with pytest.raises(DataError, match="regression score 'high'") as info:
+    with pytest.raises(DataError, match="regression score: expected a finite number") as info:
         load_table(path, get_task("stsb"), {"label": "score"})
     assert_names(info.value, path, 3, "score")
     nan = write(tmp_path / "n.csv", "sentence1,sentence2,label\na,b,nan\n")
@@ -192,7 +193,7 @@ def test_jsonl_errors_name_the_line(tmp_path: Path) -> None:
 
 def test_csv_row_is_the_line_the_record_starts_on(tmp_path: Path) -> None:
     path = write(tmp_path / "t.csv", 'text,y\n"two\nlines",1\n"three",7\n')
-    with pytest.raises(DataError, match="unknown label '7'") as info:
+    with pytest.raises(DataError, match="unknown label") as info:
         load_table(path, get_task("sst2"), {"sentence": "text", "label": "y"})
     assert_names(info.value, path, 4, "y")
 
@@ -276,7 +277,8 @@ def test_hub_rows_map_like_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     assert [e.label for e in load_examples(get_task("snli"), "snli", "dev")] == [2, 0]  # -1 dropped
     with pytest.raises(
-        DataError, match=r"hub:facebook/anli\[train_r3\], row 2, column 'label': unknown label -1"
+        DataError,
+        match=r"hub:facebook/anli\[train_r3\], row 2, column 'label': unknown label: expected one of",
     ):
         load_hub(get_task("anli_r3"), "train")  # only SNLI's -1 means "no gold label"
     labels = (1, 0)

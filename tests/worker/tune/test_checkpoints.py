@@ -69,6 +69,38 @@ def test_a_damaged_checkpoint_is_refused_with_its_reason(tmp_path: Path, damage:
         load_state(checkpoint)
 
 
+class _RunsCodeOnLoad:
+    """What a planted checkpoint could hold: unpickling it would call `touch` on a file of our choosing."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return Path.touch, (str(self.marker),)  # type: ignore[return-value]
+
+
+def test_a_planted_checkpoint_cannot_run_code_on_load(tmp_path: Path) -> None:
+    """Storage shared with other jobs may hold a state file whose manifest matches (its writer wrote both):
+    the weights-only load refuses it as unusable, and what it would have run never runs."""
+    marker = tmp_path / "code-ran"
+    folder = tmp_path / "trial" / "checkpoint_000000"
+    folder.mkdir(parents=True)
+    write_state(folder, {"session": {"rng": _RunsCodeOnLoad(marker)}, "history": [{"epoch": 1}]})
+    with pytest.raises(UnusableCheckpoint, match="holds more than tensors and plain data"):
+        load_state(tune.Checkpoint.from_directory(str(folder)))
+    assert not marker.exists()
+    point = restore_point(None, (pyarrow.fs.LocalFileSystem(), str(tmp_path / "trial")))
+    assert point.state is None and "restarted from scratch" in point.note and not marker.exists()
+
+
+def test_a_checkpoint_of_the_previous_format_counts_as_unusable(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, 0, epochs=1)
+    manifest = Path(checkpoint.path) / MANIFEST_FILE
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))  # RNG as numpy arrays
+    with pytest.raises(UnusableCheckpoint, match="unknown format"):
+        load_state(checkpoint)
+
+
 def test_restore_uses_the_named_checkpoint_when_it_is_the_newest(tmp_path: Path) -> None:
     _checkpoint(tmp_path, 0, epochs=1)
     point = restore_point(_checkpoint(tmp_path, 1, epochs=2))

@@ -1,0 +1,68 @@
+"""What a tenant may see of the server: no tracking URI, no server paths, no driver log tails.
+
+The store keeps everything (admins read it all); a team's key gets views with the server's insides taken
+out. A sweep summary is rebuilt from the fields a tenant needs (run ids, cells, metrics), so a field added
+to it later stays private until it is listed here. Error texts keep their first line (the reason), cut
+before a log tail, with absolute paths and URIs (which may carry database credentials) replaced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+LOG_TAIL_MARKERS = (
+    "\n--- last lines of the driver's log ---",  # service/watch.py appends the driver's last lines
+    "last available logs",  # Ray's own message for a failed entrypoint quotes its logs after this
+)
+MAX_TEXT = 500
+
+_URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
+_PATH = re.compile(r"(?<![\w.~/-])(?:~|/)(?:[^\s'\",;:()\[\]{}]*)")
+
+_SUMMARY_KEYS = ("job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best")
+_CELL_KEYS = ("params", "n", "mean", "std", "trial_ids")
+_BEST_KEYS = ("params", "value", "run_id", "trial_id")
+
+
+def scrub(text: str) -> str:
+    """Replace URIs and absolute paths (`/srv/x`, `~/x`) in `text`."""
+    text = _URI.sub("<uri>", text)
+    return _PATH.sub(lambda m: "<path>" if len(m.group(0)) > 1 else m.group(0), text)
+
+
+def tenant_text(text: str | None) -> str | None:
+    """An error text as a tenant sees it: the reason, without the log tail or the server's paths."""
+    if text is None:
+        return None
+    for marker in LOG_TAIL_MARKERS:
+        text = text.split(marker, 1)[0]
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = scrub(first).rstrip(" ,:(")
+    return first[:MAX_TEXT] + ("..." if len(first) > MAX_TEXT else "")
+
+
+def _params(params: Any) -> Any:
+    if not isinstance(params, Mapping):
+        return params
+    return {k: scrub(v) if isinstance(v, str) else v for k, v in params.items()}
+
+
+def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(source, Mapping):
+        return {}
+    picked = {k: source[k] for k in keys if k in source}
+    if "params" in picked:
+        picked["params"] = _params(picked["params"])
+    return picked
+
+
+def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep summary without `tracking_uri`, checkpoint locations or anything not listed above."""
+    out = _pick(summary, _SUMMARY_KEYS)
+    if isinstance(out.get("cells"), list):
+        out["cells"] = [_pick(cell, _CELL_KEYS) for cell in out["cells"]]
+    if out.get("best") is not None:
+        out["best"] = _pick(out["best"], _BEST_KEYS)
+    return out

@@ -1,0 +1,68 @@
+"""How the control plane reads Ray's answers: by status code, with a timeout on every call.
+
+The dashboard is replaced by httpx's MockTransport here (its real behaviour is exercised by the integration
+tests on a real Ray head); what is checked is the mapping the engine relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from service.ray_jobs import JobSubmissionAdapter, RayJobError, RayJobExists, RayUnavailable
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def adapter(handler: Handler) -> JobSubmissionAdapter:
+    return JobSubmissionAdapter("127.0.0.1:8265", token="t", transport=httpx.MockTransport(handler))
+
+
+def test_unknown_comes_from_a_real_404_only() -> None:
+    assert adapter(lambda r: httpx.Response(404, text="Job x does not exist")).info("x") is None
+    with pytest.raises(RayUnavailable):  # a 5xx that happens to say "does not exist" is not "unknown"
+        adapter(lambda r: httpx.Response(500, text="agent: job does not exist yet")).info("x")
+    running = adapter(lambda r: httpx.Response(200, json={"status": "RUNNING", "message": "ok"}))
+    assert running.info("x").status == "RUNNING"  # type: ignore[union-attr]
+
+
+def test_transient_answers_are_retried_later_and_permanent_ones_are_not() -> None:
+    for code in (500, 502, 503, 401, 403):
+        with pytest.raises(RayUnavailable):
+            adapter(lambda r, c=code: httpx.Response(c, text="busy")).submit(
+                submission_id="j-a1", entrypoint="true", env_vars={}, metadata={}
+            )
+    with pytest.raises(RayJobExists):
+        adapter(lambda r: httpx.Response(400, text="Job with submission_id j-a1 already exists.")).submit(
+            submission_id="j-a1", entrypoint="true", env_vars={}, metadata={}
+        )
+    with pytest.raises(RayJobError, match="400"):
+        adapter(lambda r: httpx.Response(400, text="invalid runtime_env")).submit(
+            submission_id="j-a1", entrypoint="true", env_vars={}, metadata={}
+        )
+
+
+def test_a_hung_dashboard_times_out() -> None:
+    def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with pytest.raises(RayUnavailable, match="ReadTimeout"):
+        adapter(hang).info("x")
+    assert JobSubmissionAdapter("http://127.0.0.1:1", timeout_s=0.5)._http.timeout.read == 0.5
+
+
+def test_submission_carries_the_attempt_and_its_environment() -> None:
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"job_id": "raysubmit", "submission_id": "j-a1"})
+
+    adapter(record).submit(
+        submission_id="j-a1", entrypoint="python -m x", env_vars={"A": "1"}, metadata={"m": "v"}
+    )
+    body = seen[0].read().decode()
+    assert seen[0].url.path == "/api/jobs/" and '"submission_id":"j-a1"' in body.replace(" ", "")
+    assert seen[0].headers["authorization"] == "Bearer t"
