@@ -20,10 +20,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     team = cmds.add_parser("create-team", help="create a team and print its first API key")
     team.add_argument("name")
-    team.add_argument("--gpus", type=float, default=None, help="GPU quota (default: no limit)")
+    team.add_argument("--gpus", type=float, default=None, help="GPU quota (default: the deployment's)")
+    team.add_argument("--cpus", type=float, default=None, help="CPU quota (default: the deployment's)")
     team.add_argument("--max-jobs", type=int, default=None, help="concurrent jobs (default: the service's)")
     team.add_argument("--weight", type=float, default=1.0, help="fair-share weight")
     team.add_argument("--priority", type=int, default=0, help="default priority of its jobs")
+    team.add_argument("--max-priority", type=int, default=0, help="the highest priority its jobs may ask")
+    team.add_argument(
+        "--data-root",
+        action="append",
+        default=None,
+        dest="data_roots",
+        help="an absolute folder its local data and models may come from (repeat for several)",
+    )
     team.add_argument("--no-key", action="store_true", help="create no key")
     team.set_defaults(handler=create_team)
 
@@ -63,9 +72,12 @@ def create_team(args: argparse.Namespace) -> int:
         team_in = TeamCreate(
             name=args.name,
             gpu_quota=args.gpus,
+            cpu_quota=args.cpus,
             max_concurrent_jobs=args.max_jobs,
             weight=args.weight,
             default_priority=args.priority,
+            max_priority=max(args.max_priority, args.priority),
+            data_roots=args.data_roots,
         )
     except ValidationError as err:
         raise ValueError(f"invalid team: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
@@ -118,7 +130,12 @@ def list_teams(args: argparse.Namespace) -> int:
     db = _store(args)
     with db.sessions() as session:
         for t in crud.list_teams(session=session):
-            gpus = "-" if t.gpu_quota is None else f"{t.gpu_quota:g}"
-            jobs = "-" if t.max_concurrent_jobs is None else str(t.max_concurrent_jobs)
-            print(f"{t.name}\tgpus={gpus}\tjobs={jobs}\tweight={t.weight:g}\tpriority={t.default_priority}")
+            gpus = "default" if t.gpu_quota is None else f"{t.gpu_quota:g}"
+            cpus = "default" if t.cpu_quota is None else f"{t.cpu_quota:g}"
+            jobs = "default" if t.max_concurrent_jobs is None else str(t.max_concurrent_jobs)
+            roots = ",".join(t.data_roots or []) or "-"
+            print(
+                f"{t.name}\tgpus={gpus}\tcpus={cpus}\tjobs={jobs}\tweight={t.weight:g}"
+                f"\tpriority={t.default_priority}\tmax_priority={t.max_priority}\troots={roots}"
+            )
     return 0

@@ -88,6 +88,18 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
     api.add_argument("--json", action="store_true", help="print one JSON object")
     api.set_defaults(handler=run_api)
 
+    load = kinds.add_parser(
+        "load",
+        help="the whole service (real Ray, real jobs) under concurrent clients; zero 5xx, all jobs final",
+    )
+    load.add_argument("--clients", type=int, default=32, help="concurrent clients, one API key each")
+    load.add_argument("--teams", type=int, default=4, help="teams the clients belong to")
+    load.add_argument("--seconds", type=float, default=60.0, help="how long the clients send requests")
+    load.add_argument("--queue-limit", type=int, default=4, help="queued jobs per team (then 429)")
+    load.add_argument("--drain-timeout", type=float, default=1200.0, help="seconds for every job to end")
+    load.add_argument("--databases", default="sqlite,postgresql", help="job stores to run against, in turn")
+    load.set_defaults(handler=run_load)
+
 
 def run_step(args: argparse.Namespace) -> int:
     from bench.step import main
@@ -103,6 +115,12 @@ def run_numerics(args: argparse.Namespace) -> int:
 
 def run_api(args: argparse.Namespace) -> int:
     from bench.api_load import main
+
+    return main(args)
+
+
+def run_load(args: argparse.Namespace) -> int:
+    from bench.load import main
 
     return main(args)
 

@@ -8,6 +8,7 @@ dispatched job stops its Ray job at once; the engine then ends its MLflow runs a
 from __future__ import annotations
 
 import logging
+import math
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -51,8 +52,10 @@ def submit_job(
     n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
     if waiting >= settings.max_queued_jobs_per_team:
-        raise ApiError(
-            429, f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}"
+        raise ApiError(  # room comes back when the scheduler admits one: try again after a round
+            429,
+            f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}",
+            headers={"Retry-After": str(max(1, math.ceil(settings.scheduler_interval_s)))},
         )
     try:
         job = crud.create_job(

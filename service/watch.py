@@ -33,19 +33,11 @@ from service.models import ACTIVE_STATES, AttemptState, Job, JobState, submissio
 from service.ray_jobs import RAY_FINAL, RayJobs, RayUnavailable
 from service.sync import apply_runs, stop_open_trials
 from service.tracking import Tracker
+from worker.contract.outcome import completed_trials, no_result_reason
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-COMPLETED = ("TERMINATED", "STOPPED")  # trials that reached a result (an early stop is one)
 _MLFLOW = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="smartune-mlflow")
-
-
-def completed_trials(summary: dict[str, Any] | None) -> int | None:
-    """Trials of the sweep that reached a result, from its summary (None when it says nothing)."""
-    counts = (summary or {}).get("trials_by_state")
-    if not isinstance(counts, dict):
-        return None
-    return sum(int(counts.get(state) or 0) for state in COMPLETED)
 
 
 class Watcher:
@@ -273,8 +265,7 @@ def record_summary(session: Session, job: Job, summary: dict[str, Any] | None) -
     job.best_value = float(value) if isinstance(value, int | float) else None
     counts = (summary or {}).get("trials_by_state", {})
     if summary is not None and completed_trials(summary) == 0:
-        failed = {k: v for k, v in counts.items() if v}
-        job.message = f"no trial completed: {failed}"
+        job.message = no_result_reason(summary)  # the states and the failed trials' classes and reasons
         crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
         stop_open_trials(session=session, job_id=job.id)
         return

@@ -21,7 +21,8 @@ def test_admin_creates_teams_and_keys_on_the_store(
 ) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
     data = str(tmp_path / "data")
-    assert main(["admin", "--data-dir", data, "create-team", "nlp", "--gpus", "2", "--max-jobs", "3"]) == 0
+    created = ["create-team", "nlp", "--gpus", "2", "--cpus", "6", "--max-jobs", "3", "--max-priority", "5"]
+    assert main(["admin", "--data-dir", data, *created, "--data-root", "/srv/nlp"]) == 0
     out = capsys.readouterr()
     team_key = out.out.strip()
     assert team_key.startswith("smt_") and out.out == team_key + "\n"  # the key alone on stdout
@@ -33,7 +34,10 @@ def test_admin_creates_teams_and_keys_on_the_store(
     assert "exists already" in capsys.readouterr().err
     assert main(["admin", "--data-dir", data, "create-key", "nobody"]) == 2
     assert main(["admin", "--data-dir", data, "list-teams"]) == 0
-    assert "nlp\tgpus=2\tjobs=3" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "nlp\tgpus=2\tcpus=6\tjobs=3\tweight=1\tpriority=0\tmax_priority=5\troots=/srv/nlp" in listed
+    assert main(["admin", "--data-dir", data, "create-team", "cv", "--data-root", "relative"]) == 2
+    assert "absolute" in capsys.readouterr().err
 
     from service import crud
     from service.config import Settings
@@ -110,5 +114,6 @@ def test_no_key_and_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     monkeypatch.delenv("SMARTUNE_API_KEY", raising=False)
     assert main(["jobs"]) == 2
     assert "no API key" in capsys.readouterr().err
-    assert main(["jobs", "--key", "smt_x", "--url", "http://127.0.0.1:9"]) == 2
+    monkeypatch.setenv("SMARTUNE_API_KEY", "smt_x")
+    assert main(["jobs", "--url", "http://127.0.0.1:9"]) == 2
     assert "cannot reach the server" in capsys.readouterr().err

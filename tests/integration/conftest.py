@@ -4,10 +4,11 @@ GPUs, token auth). The service-test fixtures are imported too, so API tests can 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Postgres, RayHead, start_postgres, start_ray_head
+from bench.cluster import Postgres, RayHead, Server, make_server, start_postgres, start_ray_head
 from tests.service.fixtures import *  # noqa: F403
 
 
@@ -26,3 +27,10 @@ def ray_head() -> Iterator[RayHead]:
     head = start_ray_head()
     yield head
     head.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, ray_head: RayHead, glue_dir: Path) -> Iterator[Server]:
+    server = make_server(tmp_path, ray_address=ray_head.address).start()
+    yield server
+    server.stop()

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.integration.cluster import Postgres
+from bench.cluster import Postgres
 from tests.service.test_admin_api import *  # noqa: F403
 from tests.service.test_auth import *  # noqa: F403
 from tests.service.test_engine import *  # noqa: F403

@@ -3,72 +3,15 @@ MLflow store in the data directory. Tiny sweeps (tiny-random BERT, 32 RTE exampl
 
 from __future__ import annotations
 
-import copy
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.integration.cluster import Postgres, RayHead, Server, make_server
-from tests.service.utils import QUICK_SPEC
-
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-def tiny_spec(**changes: Any) -> dict[str, Any]:
-    """The service tests' quick spec, trained with SMART, two trials at a time."""
-    spec = copy.deepcopy(QUICK_SPEC) | {
-        "name": "integration",
-        "method": "smart",
-        "limits": {"max_concurrent_trials": 2},
-    }
-    return spec | changes
-
-
-class Api:
-    def __init__(self, server: Server, key: str) -> None:
-        self.http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-
-    def __call__(self, method: str, path: str, expect: int | None = 200, **kw: Any) -> Any:
-        response = self.http.request(method, path, **kw)
-        if expect is not None:
-            assert response.status_code == expect, f"{method} {path}: {response.status_code} {response.text}"
-        return response
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self("GET", f"/api/v1/jobs/{job_id}").json())
-
-    def submit(self, spec: dict[str, Any]) -> str:
-        return str(self("POST", "/api/v1/jobs", expect=201, json=spec).json()["id"])
-
-    def wait(
-        self, job_id: str, until: Any, timeout: float = 240, *, past_the_end: bool = False
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.job(job_id)
-            if until(job):
-                return job
-            assert past_the_end or job["state"] not in FINAL, (
-                f"{job_id} ended {job['state']}: {job['message']}"
-            )
-            assert time.monotonic() < deadline, f"{job_id} still {job['state']} after {timeout}s"
-            time.sleep(1)
-
-    def team_key(self, name: str, **quota: Any) -> str:
-        self("POST", "/api/v1/teams", expect=201, json={"name": name, **quota})
-        return str(self("POST", f"/api/v1/teams/{name}/keys", expect=201, json={}).json()["key"])
-
-
-@pytest.fixture
-def server(tmp_path: Path, ray_head: RayHead, glue_dir: Path) -> Iterator[Server]:
-    server = make_server(tmp_path, ray_address=ray_head.address).start()
-    yield server
-    server.stop()
+from bench.cluster import Postgres, RayHead, Server, make_server
+from tests.integration.client import FINAL, Api, tiny_spec
 
 
 def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server) -> None:
@@ -182,7 +125,7 @@ def test_cancel_stops_the_ray_job_and_kills_the_mlflow_runs(server: Server) -> N
     job = api.wait(job_id, lambda j: j["attempts"][0]["ended_at"] is not None, timeout=120, past_the_end=True)
     assert job["attempts"][0]["state"] == "STOPPED"
     client = MlflowClient(f"sqlite:///{server.data_dir / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("smartune")
+    experiment = client.get_experiment_by_name("smartune-nlp")  # one experiment per team
     runs = client.search_runs(
         [experiment.experiment_id], filter_string=f"tags.`smartune.job_id` = '{job_id}'"
     )
@@ -214,7 +157,7 @@ def test_the_same_tiny_job_on_postgresql(
 def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, glue_dir: Path) -> None:
     """The Ray head dies mid-sweep; a new one comes up at the same address: the job is LOST, requeued as
     attempt 2, and the sweep driver resumes the Tune experiment from the storage path."""
-    from tests.integration.cluster import start_ray_head
+    from bench.cluster import start_ray_head
 
     head = start_ray_head()
     server = make_server(tmp_path, ray_address=head.address).start()

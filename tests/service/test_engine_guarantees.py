@@ -38,16 +38,27 @@ def test_one_odd_job_stalls_no_other_job_and_no_scheduling(
 
 
 def test_a_sweep_with_no_completed_trial_fails_with_the_reason(
-    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker
-) -> None:
+    client: TestClient, team_key: str, admin_key: str, engine: Engine, fake_ray: FakeRay,
+    fake_tracker: FakeTracker,
+) -> None:  # fmt: skip
     job_id = submit(client, team_key)["id"]
     engine.tick()
-    summary = summary_for(job_id) | {"trials_by_state": {"TERMINATED": 0, "ERROR": 2}, "best": None}
+    error = {"error_class": "data", "error": "DataError: /srv/nlp/RTE/train.tsv, row 6: not UTF-8 text"}
+    summary = summary_for(job_id) | {
+        "trials_by_state": {"TERMINATED": 0, "ERROR": 2},
+        "best": None,
+        "errors": [{"trial_id": f"t{n}", "run_id": f"r{n}", **error} for n in (1, 2)],
+    }
     fake_tracker.summaries[job_id] = summary
     fake_ray.set(f"{job_id}-a1", "SUCCEEDED")  # the driver ran to its end
     engine.tick()
-    job = read(client, team_key, job_id)
-    assert job["state"] == "FAILED" and job["message"] == "no trial completed: {'ERROR': 2}"
+    job = read(client, admin_key, job_id)
+    assert job["state"] == "FAILED" and job["message"] == (
+        "no trial completed ({'ERROR': 2}); failed trials: 2 x data: "
+        "DataError: /srv/nlp/RTE/train.tsv, row 6: not UTF-8 text"
+    )
+    seen_by_team = read(client, team_key, job_id)["message"]  # the reason, without the server's paths
+    assert "2 x data: DataError: <path>, row 6: not UTF-8 text" in seen_by_team and "/srv" not in seen_by_team
 
 
 def test_a_summary_mlflow_could_not_give_is_fetched_again_later(

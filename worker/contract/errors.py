@@ -5,11 +5,15 @@
 - `oom`: memory ran out: a GPU's (`torch.OutOfMemoryError`), Ray's memory monitor killing the worker
   (`ray.exceptions.OutOfMemoryError`), or the host's address space (a process limit, `MemoryError`,
   torch's "can't allocate memory", ENOMEM).
+  An allocation refused under RLIMIT_AS does not always say so: oneDNN reports it as "could not create a
+  primitive". So a trial whose RuntimeError is otherwise unexplained, raised while its address space is
+  at its limit (`diagnose`, in the trial's process), is `oom` too, and its reason says so.
 - `data`: a data file (or a local model folder) cannot be used: missing, malformed, not UTF-8, a label
   outside the task's labels, or outside the deployment's data roots (`DataError`).
 - `storage`: a write to the trial's storage failed: its checkpoint folder is read-only or refuses us, the
-  disk or a quota is full, a file grew past a size limit (`StorageError`, raised by the trial around its
-  checkpoint and artifact writes; else an OSError with ENOSPC, EDQUOT, EFBIG or EROFS anywhere).
+  disk or a quota is full, a file grew past a size limit, a file stands where a folder should
+  (`StorageError`, raised by the trial around its checkpoint and artifact writes, from an OSError or a
+  native writer's "(os error N)"; else an OSError with ENOSPC, EDQUOT, EFBIG or EROFS anywhere).
 - `infra`: the trial's process, actor or node died (a SIGKILL, a lost node).
 - `other`: anything else; the message says what.
 
@@ -28,6 +32,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import resource
+from pathlib import Path
 from typing import Literal
 
 ErrorClass = Literal["numerics", "oom", "data", "storage", "infra", "other"]
@@ -57,13 +63,16 @@ _OOM_TEXT = ("out of memory", "outofmemoryerror", "can't allocate memory", "cann
 # Errnos that only a write to a full, limited or read-only file system gives: storage wherever they occur.
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 # ... and those that are storage failures when a checkpoint or artifact write meets them (reading a data
-# file can be refused too, and that is `data`).
-_WRITE_ERRNOS = _STORAGE_ERRNOS | {errno.EACCES, errno.EPERM, errno.EIO}
+# file can be refused too, and that is `data`): refused, an I/O error, or a file where a folder should be
+# (or the reverse) on the way to the storage.
+_WRITE_ERRNOS = _STORAGE_ERRNOS | {errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR, errno.EISDIR}
 _STORAGE_TEXT = tuple(os.strerror(code).lower() for code in sorted(_STORAGE_ERRNOS)) + (
     "storageerror",
     "database or disk is full",  # SQLite's SQLITE_FULL (an MLflow store on a full disk)
 )
 _ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)  # pyarrow's OSErrors carry it in text only
+# Rust's io::Error says "File too large (os error 27)": safetensors' SafetensorError (not an OSError) does.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)", re.IGNORECASE)
 
 
 class RepeatedFailure(RuntimeError):
@@ -90,12 +99,12 @@ class StorageError(OSError):
 
 
 def error_code(error: BaseException) -> int | None:
-    """The errno of an OSError: its attribute, else the `[errno N]` in its text (pyarrow's errors)."""
-    if not isinstance(error, OSError):
-        return None
-    if isinstance(error.errno, int):
+    """The errno of an OSError: its attribute, else the `[errno N]` in its text (pyarrow's errors); of
+    any other error, the `(os error N)` of a Rust I/O error in its text (safetensors' writer)."""
+    if isinstance(error, OSError) and isinstance(error.errno, int):
         return error.errno
-    found = _ERRNO_IN_TEXT.search(str(error))
+    pattern = _ERRNO_IN_TEXT if isinstance(error, OSError) else _RUST_OS_ERROR
+    found = pattern.search(str(error))
     return int(found.group(1)) if found else None
 
 
@@ -107,6 +116,43 @@ def storage_error(error: BaseException, what: str) -> StorageError | None:
         return None
     name = errno.errorcode.get(code, str(code))
     return StorageError(f"could not write {what}: {os.strerror(code).lower()} ({name})", code)
+
+
+# An address space this close to its RLIMIT_AS has run out: the allocation that failed did not fit.
+_AS_HEADROOM = 256 << 20
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.2f} GiB"
+
+
+def address_space_note(status: Path = Path("/proc/self/status")) -> str | None:
+    """When this process's address space is within 256 MiB of its RLIMIT_AS, a note saying so, for the
+    reason of a failure that happened there (an allocation refused in native code that did not say
+    why); None when there is no such limit or room is left."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        lines = status.read_text().splitlines()
+        size = next(int(line.split()[1]) * 1024 for line in lines if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    if soft - size >= _AS_HEADROOM:
+        return None
+    used = f"{_gib(size)} of {_gib(soft)}"
+    return f"out of memory: the process's address space is at its limit ({used}, RLIMIT_AS)"
+
+
+def diagnose(error: BaseException) -> tuple[ErrorClass, str]:
+    """(class, one-line reason) of an error caught in the process where it happened: `classify` and
+    `reason`, except that an otherwise unexplained RuntimeError (what torch makes of a native error)
+    raised at the address-space limit is `oom`."""
+    error_class, line = classify(error), reason(error)
+    native = isinstance(error, RuntimeError) and not isinstance(error, RepeatedFailure)
+    if error_class == "other" and native and (note := address_space_note()) is not None:
+        return "oom", f"{line} ({note})"[:1000]
+    return error_class, line
 
 
 _NO_MESSAGE = {"MemoryError": "out of memory (an allocation failed)"}

@@ -6,6 +6,7 @@ symlink to a secret (`~/.ray/auth_token`), or be swapped for one after the check
 passes its roots to every Ray job in `SMARTUNE_DATA_ROOTS` (absolute paths joined with `os.pathsep`) and
 the worker re-checks each file it opens, after resolving every symlink, against those roots plus the GLUE
 folder and the packaged model (always allowed). Unset (a local `smartune train`), nothing is confined.
+A sweep's driver passes its own value on to every trial (`confinement_environment`).
 
 A refusal is a `DataError` that names the file *as given*, never where it leads, and no error of ours
 quotes what a file holds: an attacker who can plant a symlink must learn nothing from the job's logs.
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Literal, overload
 
-from worker.contract.sources import glue_dir
+from worker.contract.sources import GLUE_DIR_ENV, glue_dir
 
 DATA_ROOTS_ENV = "SMARTUNE_DATA_ROOTS"
 
@@ -44,6 +45,13 @@ class DataError(ValueError):
         if column is not None:
             where.append(f"column {column}")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+def confinement_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables that decide what a run may read (the roots, the GLUE folder), as set here: a sweep's
+    driver hands them to its trials, which must be confined like it whatever started their processes (a
+    Ray job passes its environment to its workers; a driver that merely joins a cluster does not)."""
+    return {name: environ[name] for name in (DATA_ROOTS_ENV, GLUE_DIR_ENV) if name in environ}
 
 
 def _packaged_model_dir() -> Path | None:

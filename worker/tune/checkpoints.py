@@ -54,11 +54,12 @@ class UnusableCheckpoint(Exception):
 
 @contextmanager
 def writing(what: str) -> Iterator[None]:
-    """Turns an OSError that a full, read-only or refusing file system gives while writing `what` into a
-    `StorageError` (class `storage`) with a one-line reason; any other error passes unchanged."""
+    """Turns an error that a full, read-only or refusing file system gives while writing `what` (an
+    OSError, or a native writer's error naming the OS error, as safetensors' does) into a `StorageError`
+    (class `storage`) with a one-line reason; any other error passes unchanged."""
     try:
         yield
-    except OSError as err:
+    except Exception as err:
         converted = storage_error(err, what)
         if converted is None:
             raise
@@ -214,7 +215,9 @@ def restore_point(
             problems.append(f"{posixpath.basename(candidate.path)} is unusable ({err})")
             continue
         if named is not None and candidate.path == named.path:
-            return RestorePoint(state)
+            if problems:  # newer folders that were skipped (torn, planted): on record, not silently
+                logger.warning("; ".join(problems))
+            return RestorePoint(state, note="; ".join(problems))
         source = posixpath.basename(candidate.path)
         named_text = posixpath.basename(named.path) if named is not None else "none"
         note = f"resumed from {source} ({len(state['history'])} epochs done); the experiment state named {named_text}"

@@ -57,6 +57,7 @@ def record_final_state(
         run.data.tags[ERROR_CLASS] = error_class
         if ERROR_MESSAGE not in run.data.tags:  # keep the trial's own one-line message when it left one
             message = reason(error, error_text)  # one line: never a remote traceback
+            run.data.tags[ERROR_MESSAGE] = message
     finish_trial_run(client, run.info.run_id, state, error_class, message)
     return run
 
@@ -100,6 +101,7 @@ def collect_outcomes(
                 run_id=run.info.run_id if run is not None else None,
                 checkpoint_uri=tags.get(BEST_CHECKPOINT_URI),
                 error_class=tags.get(ERROR_CLASS) if state == "ERROR" else None,
+                error=tags.get(ERROR_MESSAGE) if state == "ERROR" else None,
             )
         )
     return sorted(outcomes, key=lambda o: o.trial_id)

@@ -5,6 +5,7 @@ and logs the result on the parent run and as the last line of its stdout. A tria
 epoch's main metric (the paper's model selection on dev). Cell statistics use the trials that reported
 at least one epoch (TERMINATED, and STOPPED ones with the value they had reached); failed trials are
 listed in their cell but not averaged. `std` is the sample standard deviation (n - 1), null for n < 2.
+`errors` lists each failed trial's error class and one-line reason, as on its MLflow run.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class TrialOutcome:
     run_id: str | None = None
     checkpoint_uri: str | None = None
     error_class: str | None = None
+    error: str | None = None  # the failure's one-line reason (`smartune.error`), for an ERROR trial
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -76,6 +78,11 @@ def build_summary(
         "main_metric": main_metric,
         "trials_by_state": by_state,
         "cells": cells(outcomes),
+        "errors": [
+            {"trial_id": o.trial_id, "run_id": o.run_id, "error_class": o.error_class, "error": o.error}
+            for o in outcomes
+            if o.state == "ERROR"
+        ],
         "best": None
         if best is None
         else {

@@ -26,12 +26,14 @@ import ray
 from mlflow import MlflowClient
 from ray import tune
 
+from worker.contract.outcome import completed_trials, no_result_reason
 from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
 from worker.contract.tags import ERROR_MESSAGE
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
+from worker.training.files import confinement_environment
 from worker.training.models import describe_model
 from worker.training.trial_data import data_files
 from worker.tune.callbacks import TrialStateCallback
@@ -43,6 +45,7 @@ from worker.tune.summary import build_summary, summary_metrics
 from worker.tune.tracking import (
     SpecMismatchError,
     TrackingTarget,
+    clear_tags,
     close_stale_children,
     ensure_experiment,
     log_metrics,
@@ -172,7 +175,7 @@ def run_sweep(
     stale = close_stale_children(client, target, resuming)
     logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
                 f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
-    context = TrialContext(target, parent_id, attempt, axes, path)
+    context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()))
     resolver = TrialResolver(axes)
     trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
     space = param_space(spec, trials)
@@ -206,6 +209,10 @@ def run_sweep(
                             main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
     log_metrics(client, parent_id, summary_metrics(summary), step=attempt)
     client.log_dict(parent_id, summary, "summary.json")
+    if not completed_trials(summary):  # the sweep ran but produced nothing: say why on the parent run
+        client.set_tag(parent_id, ERROR_MESSAGE, no_result_reason(summary)[:4000])
+    else:  # an earlier attempt's failure no longer describes the job
+        clear_tags(client, client.get_run(parent_id), [ERROR_MESSAGE])
     client.set_terminated(parent_id, "FINISHED")
     return summary
 
@@ -265,10 +272,9 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
     finally:
         if owned:
             ray.shutdown()  # stops trial log forwarding, so the summary stays the last line of stdout
-    completed = sum(summary["trials_by_state"].get(state, 0) for state in ("TERMINATED", "STOPPED"))
+    completed = completed_trials(summary)
     if not completed:  # a sweep that produced no result failed, whatever ran
-        failed = {state: n for state, n in summary["trials_by_state"].items() if n}
-        print(f"sweep {job_id}: no trial completed ({failed})", file=sys.stderr)
+        print(f"sweep {job_id}: {no_result_reason(summary)}", file=sys.stderr)
     sys.stdout.flush()
     print(json.dumps(summary, default=str))
     return 0 if completed else NO_RESULT

@@ -26,7 +26,7 @@ from mlflow.entities import Run
 from ray import tune
 from transformers.utils import logging as hf_logging
 
-from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, classify, reason
+from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, diagnose
 from worker.contract.grid import ResolvedTrial, cell_key
 from worker.contract.tags import (
     ATTEMPT,
@@ -73,6 +73,8 @@ class TrialContext:
     attempt: int
     cell_axes: tuple[str, ...]
     experiment_path: str | None = None  # the sweep's Tune storage folder: where a trial finds its checkpoints
+    # The driver's data confinement (`SMARTUNE_DATA_ROOTS`, ...), set in the trial's process before it reads.
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
@@ -236,6 +238,7 @@ def start_tags(
 
 def train_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Tune's function trainable (bind `context` with `tune.with_parameters`)."""
+    os.environ.update(dict(context.environment))  # before anything is read: confined like the driver
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
     trial = resolve_trial(config, context.cell_axes)
@@ -252,13 +255,10 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
     try:
         run_trial(trial.config, client, run, restored)
     except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
+        error_class, message = diagnose(err)  # here, where the process's own state can still tell
         set_tags(
             client,
             run.info.run_id,
-            {
-                ERROR_CLASS: classify(err),
-                ERROR_MESSAGE: reason(err),
-                ERROR_ATTEMPT: context.attempt,
-            },
+            {ERROR_CLASS: error_class, ERROR_MESSAGE: message, ERROR_ATTEMPT: context.attempt},
         )
         raise

@@ -108,6 +108,17 @@ def test_restore_uses_the_named_checkpoint_when_it_is_the_newest(tmp_path: Path)
     assert restore_point(None).state is None and not restore_point(None).substituted
 
 
+def test_restore_from_the_named_checkpoint_notes_the_newer_ones_it_skipped(tmp_path: Path) -> None:
+    torn = _checkpoint(tmp_path, 2, epochs=3)
+    (Path(torn.path) / STATE_FILE).write_bytes(b"torn")
+    point = restore_point(_checkpoint(tmp_path, 1, epochs=2))
+    assert point.state == _state(2) and not point.substituted
+    assert (
+        point.note
+        == "checkpoint_000002 is unusable (trial_state.pt does not match its manifest (a torn copy))"
+    )
+
+
 def test_restore_takes_a_newer_checkpoint_than_the_lagging_experiment_state(tmp_path: Path) -> None:
     # Tune names checkpoint 1, but checkpoint 2 reached storage before the driver died.
     _checkpoint(tmp_path, 2, epochs=3)

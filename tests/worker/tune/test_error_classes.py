@@ -29,7 +29,7 @@ from worker.tune.checkpoints import writing
 @pytest.mark.parametrize(
     ("code", "name"),
     [(errno.ENOSPC, "ENOSPC"), (errno.EDQUOT, "EDQUOT"), (errno.EFBIG, "EFBIG"), (errno.EROFS, "EROFS"),
-     (errno.EACCES, "EACCES"), (errno.EPERM, "EPERM")],
+     (errno.EACCES, "EACCES"), (errno.EPERM, "EPERM"), (errno.ENOTDIR, "ENOTDIR"), (errno.EISDIR, "EISDIR")],
 )  # fmt: skip
 def test_a_refused_checkpoint_write_is_a_storage_error_with_a_one_line_reason(code: int, name: str) -> None:
     with pytest.raises(StorageError) as info, writing("the epoch 2 checkpoint to the sweep's storage"):
@@ -104,6 +104,45 @@ def test_a_real_allocation_failure_under_rlimit_as_is_oom() -> None:
     torch_line, python_line = out.splitlines()
     assert torch_line.startswith("oom | RuntimeError: ") and "can't allocate memory" in torch_line
     assert python_line == "oom | MemoryError: out of memory (an allocation failed)"
+
+
+def test_a_real_efbig_from_safetensors_under_rlimit_fsize_is_storage(tmp_path: Path) -> None:
+    # safetensors' writer (Rust) raises SafetensorError, not an OSError: "... (os error 27)".
+    out = _child(f"""
+        import resource, torch
+        from safetensors.torch import save_file
+        from worker.contract.errors import classify, reason
+        from worker.tune.checkpoints import writing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        try:
+            with writing("the best model"):
+                save_file({{"w": torch.zeros(1 << 20)}}, {str(tmp_path / "model.safetensors")!r})
+        except Exception as err:
+            print(classify(err), "|", reason(err))
+    """)  # fmt: skip
+    assert out == "storage | StorageError: could not write the best model: file too large (EFBIG)"
+
+
+def test_an_unexplained_error_at_the_address_space_limit_is_oom() -> None:
+    # oneDNN reports an allocation refused under RLIMIT_AS as "could not create a primitive".
+    out = _child("""
+        import resource
+        from worker.contract.errors import diagnose
+        print(diagnose(RuntimeError("could not create a primitive")))
+        used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), resource.RLIM_INFINITY))
+        print(diagnose(RuntimeError("could not create a primitive")))
+        print(diagnose(ValueError("a bug")) [0], diagnose(FileNotFoundError(2, "gone"))[0])
+        resource.setrlimit(resource.RLIMIT_AS, (used + (1 << 30), resource.RLIM_INFINITY))
+        print(diagnose(RuntimeError("could not create a primitive"))[0])  # room left: not memory
+    """)
+    unlimited, limited, others, roomy = out.splitlines()
+    assert unlimited == "('other', 'RuntimeError: could not create a primitive')"
+    assert limited.startswith(
+        "('oom', \"RuntimeError: could not create a primitive (out of memory: the process's "
+    )
+    assert "address space is at its limit (" in limited and "RLIMIT_AS))" in limited
+    assert others == "other other" and roomy == "other"  # only a native error is suspect
 
 
 def test_reasons_are_one_line() -> None:

@@ -119,6 +119,8 @@ def test_diverging_trial_fails_with_class_numerics_while_the_other_finishes(
     assert "NumericsError" in failed.data.tags["smartune.error"]
     assert "non-finite loss or gradient" in failed.data.tags["smartune.error"]
     assert failed.data.tags["smartune.starts"] == "2"  # retried once, refused without training
+    assert summary["errors"] == [{"trial_id": failed.data.tags["smartune.trial_id"], "run_id": failed.info.run_id,
+                                  "error_class": "numerics", "error": failed.data.tags["smartune.error"]}]  # fmt: skip
     assert finished.info.status == "FINISHED" and finished.data.tags["smartune.state"] == "TERMINATED"
     assert summary["best"]["run_id"] == finished.info.run_id
     nan_cell = next(c for c in summary["cells"] if c["params"]["task"] == "stsb")

@@ -11,6 +11,7 @@ import torch
 from ray import tune
 
 from worker.contract.errors import RepeatedFailure, classify
+from worker.contract.outcome import no_result_reason
 from worker.contract.sources import default_data_source
 from worker.contract.spec import JobSpec
 from worker.training.data import DataError
@@ -69,6 +70,29 @@ def test_summary_without_results_has_no_best() -> None:
     summary = build_summary(job_id="j", tracking_uri="u", parent_run_id="p", main_metric="accuracy",
                             outcomes=[_outcome("t0", "ERROR", float("nan"))])  # fmt: skip
     assert summary["best"] is None and summary["cells"][0]["mean"] is None and summary["cells"][0]["n"] == 0
+
+
+def test_summary_lists_each_failure_and_says_why_nothing_completed() -> None:
+    def failed(trial_id: str, error_class: str, error: str) -> TrialOutcome:
+        return TrialOutcome(trial_id=trial_id, state="ERROR", cell={}, seed=1, value=None,
+                            run_id=f"run-{trial_id}", error_class=error_class, error=error)  # fmt: skip
+
+    data = "DataError: /d/RTE/train.tsv, row 6: not UTF-8 text (invalid start byte)"
+    outcomes = [failed("t0", "data", data), failed("t1", "data", data), failed("t2", "oom", "MemoryError: x")]
+    summary = build_summary(job_id="j", tracking_uri="u", parent_run_id="p", main_metric="accuracy",
+                            outcomes=outcomes)  # fmt: skip
+    assert summary["errors"][0] == {
+        "trial_id": "t0",
+        "run_id": "run-t0",
+        "error_class": "data",
+        "error": data,
+    }
+    assert no_result_reason(summary) == (
+        f"no trial completed ({{'ERROR': 3}}); failed trials: 2 x data: {data} (and 1 other reasons)"
+    )
+    ok = build_summary(job_id="j", tracking_uri="u", parent_run_id="p", main_metric="accuracy",
+                       outcomes=[_outcome("t0", "TERMINATED", 0.5)])  # fmt: skip
+    assert ok["errors"] == []
 
 
 def test_error_classes() -> None:

@@ -1,0 +1,236 @@
+"""`smartune bench load` (see cli/bench_cmd.py): the whole service under a crowd, for real.
+
+A real `smartune serve` (uvicorn, the engine, a real Ray head of its own, MLflow in the data directory; the
+job store on SQLite, or on a throwaway PostgreSQL with `--postgres`) takes `--clients` concurrent clients for
+`--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
+trial of a tiny random BERT on a synthetic RTE-shaped folder) whenever its team's queue has room, and
+otherwise reads one of its team's jobs or lists them. A 429 is obeyed (`Retry-After`). Then every accepted
+job must reach a final state within `--drain-timeout` seconds, each read back from the store.
+
+Reported: requests, p50/p95/p99 per endpoint, status counts, 5xx (the target: zero), accepted jobs and
+their final states, the time to drain. Traffic goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.api_load import _percentiles
+from bench.cluster import Server, make_server, start_postgres, start_ray_head
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+JOB: dict[str, Any] = {  # one trial, a few seconds of training: the driver's start dominates
+    "task": "rte",
+    "model": "tiny-random",
+    "method": "smart",
+    "training": {"epochs": 1, "batch_size": 8, "max_seq_length": 32, "max_train_samples": 16},
+    "resources": {"cpus": 1, "gpus": 0},
+}
+
+
+def synthetic_glue(root: Path, rows: int = 64) -> Path:
+    """An RTE-shaped GLUE folder (train.tsv, dev.tsv) of made-up sentence pairs: the benchmark needs no
+    downloaded data."""
+    rng = random.Random(0)
+    words = "the a cat dog runs sleeps near far big small red blue house river".split()
+    folder = root / "RTE"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", rows), ("dev", rows // 2)):
+        lines = ["index\tsentence1\tsentence2\tlabel"]
+        for i in range(n):
+            pair = [" ".join(rng.choices(words, k=8)) for _ in range(2)]
+            lines.append(f"{i}\t{pair[0]}\t{pair[1]}\t{rng.choice(['entailment', 'not_entailment'])}")
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def _keys(database_url: str, clients: int, teams: int) -> tuple[str, list[tuple[str, str]]]:
+    """An admin key, and (team, key) for each client, made on the store directly."""
+    from service import crud
+    from service.db import connect, migrate
+    from service.schemas import TeamCreate
+
+    db = connect(database_url)
+    migrate(db)
+    out: list[tuple[str, str]] = []
+    with db.write_sessions() as session:
+        _row, admin = crud.create_api_key(session=session, team=None, is_admin=True, name="bench admin")
+        made = [crud.create_team(session=session, team_in=TeamCreate(name=f"load-{t}")) for t in range(teams)]
+        for n in range(clients):
+            team = made[n % teams]
+            _row, key = crud.create_api_key(session=session, team=team, name=f"client {n}")
+            out.append((team.name, key))
+        session.commit()
+    db.dispose()
+    return admin, out
+
+
+class Tally:
+    """Latency and statuses per endpoint, shared by the clients (one event loop: no locks)."""
+
+    def __init__(self) -> None:
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.statuses: dict[str, Counter[int]] = defaultdict(Counter)
+        self.accepted: dict[str, list[str]] = defaultdict(list)  # team -> job ids
+        self.full_until: dict[str, float] = {}  # team -> when to try submitting again
+        self.server_errors: list[str] = []
+        self.refusals: Counter[str] = (
+            Counter()
+        )  # 429s by reason: the team's queue limit, the key's rate limit
+
+    def report(self) -> dict[str, Any]:
+        return {
+            name: {**_percentiles(samples), "statuses": dict(sorted(self.statuses[name].items()))}
+            for name, samples in sorted(self.latency.items())
+        }
+
+
+async def _client(http: Any, team: str, n: int, tally: Tally, until: float) -> None:
+    rng = random.Random(n)
+    i = 0
+    while time.monotonic() < until:
+        own = tally.accepted[team]
+        if time.monotonic() >= tally.full_until.get(team, 0.0):
+            name, request = "POST /jobs", http.post("/api/v1/jobs", json={**JOB, "seeds": [n * 10_000 + i]})
+            i += 1
+        elif own and rng.random() < 0.5:
+            name, request = "GET /jobs/{id}", http.get(f"/api/v1/jobs/{rng.choice(own)}")
+        else:
+            name, request = "GET /jobs", http.get("/api/v1/jobs", params={"limit": 20})
+        start = time.perf_counter()
+        async with request as response:
+            payload = await response.read()
+        tally.latency[name].append(time.perf_counter() - start)
+        tally.statuses[name][response.status] += 1
+        if response.status >= 500:
+            tally.server_errors.append(f"{name} {response.status}: {payload[:300]!r}")
+        elif name == "POST /jobs" and response.status == 201:
+            own.append(json.loads(payload)["id"])
+        elif response.status == 429:
+            wait = float(response.headers.get("Retry-After", "1"))
+            if b"queued jobs" in payload:  # the team's queue is full: read for a while
+                tally.refusals["queue limit"] += 1
+                tally.full_until[team] = time.monotonic() + wait
+            else:  # the key's rate limit
+                tally.refusals["rate limit"] += 1
+                await asyncio.sleep(wait)
+
+
+async def _load(url: str, keys: list[tuple[str, str]], seconds: float) -> Tally:
+    import aiohttp
+
+    tally = Tally()
+    until = time.monotonic() + seconds
+    sessions = [
+        aiohttp.ClientSession(
+            url, headers={"Authorization": f"Bearer {key}"}, timeout=aiohttp.ClientTimeout(60)
+        )
+        for _team, key in keys
+    ]
+    try:
+        await asyncio.gather(
+            *(
+                _client(http, team, n, tally, until)
+                for n, (http, (team, _key)) in enumerate(zip(sessions, keys, strict=True))
+            )
+        )
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
+    return tally
+
+
+def _drain(url: str, admin: str, job_ids: list[str], timeout: float) -> tuple[dict[str, str], float]:
+    """Each job's state once all are final (or at the timeout), and the seconds it took."""
+    import httpx
+
+    started = time.monotonic()
+    states: dict[str, str] = {}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30) as http:
+        while True:
+            for job_id in job_ids:
+                if states.get(job_id) not in FINAL:
+                    answer = http.get(f"/api/v1/jobs/{job_id}")
+                    states[job_id] = (
+                        answer.json()["state"] if answer.status_code == 200 else f"HTTP {answer.status_code}"
+                    )
+            if all(s in FINAL for s in states.values()) or time.monotonic() - started > timeout:
+                return states, time.monotonic() - started
+            time.sleep(5)
+
+
+def run_load(
+    *, clients: int, teams: int, seconds: float, queue_limit: int, drain_timeout: float, postgres: bool
+) -> dict[str, Any]:
+    """Start Ray, the store and the server; load it; drain; stop everything; return the report."""
+    with tempfile.TemporaryDirectory(prefix="smartune-load-") as tmp:
+        root = Path(tmp)
+        database = start_postgres() if postgres else None
+        head = start_ray_head(num_cpus=2, num_gpus=0)
+        server: Server | None = None
+        try:
+            url = (
+                database.create_database("load") if database else f"sqlite:///{root / 'data' / 'smartune.db'}"
+            )
+            (root / "data").mkdir()
+            admin, keys = _keys(url, clients, teams)
+            server = make_server(
+                root,
+                ray_address=head.address,
+                database_url=url,
+                SMARTUNE_GLUE_DIR=str(synthetic_glue(root / "glue")),
+                SMARTUNE_MAX_QUEUED_JOBS_PER_TEAM=str(queue_limit),
+                SMARTUNE_BOOTSTRAP_ADMIN="false",
+            ).start()
+            tally = asyncio.run(_load(server.url, keys, seconds))
+            accepted = [job for ids in tally.accepted.values() for job in ids]
+            states, drained = _drain(server.url, admin, accepted, drain_timeout)
+        finally:
+            if server is not None:
+                server.stop()
+            head.stop()
+            if database is not None:
+                database.stop()
+    endpoints = tally.report()
+    requests = sum(e["n"] for e in endpoints.values())
+    return {
+        "database": "postgresql" if postgres else "sqlite",
+        "clients": clients,
+        "teams": teams,
+        "seconds": seconds,
+        "queue_limit_per_team": queue_limit,
+        "requests": requests,
+        "requests_per_s": round(requests / seconds, 1),
+        "server_errors": len(tally.server_errors),
+        "first_server_errors": tally.server_errors[:3],
+        "endpoints": endpoints,
+        "refusals_429": dict(tally.refusals),
+        "accepted_jobs": len(accepted),
+        "final_states": dict(Counter(states.values())),
+        "all_final": all(s in FINAL for s in states.values()),
+        "drain_s": round(drained, 1),
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    report = [
+        run_load(
+            clients=args.clients,
+            teams=args.teams,
+            seconds=args.seconds,
+            queue_limit=args.queue_limit,
+            drain_timeout=args.drain_timeout,
+            postgres=database == "postgresql",
+        )
+        for database in args.databases.split(",")
+    ]
+    print(json.dumps(report, indent=2))  # noqa: T201
+    ok = all(r["server_errors"] == 0 and r["all_final"] for r in report)
+    return 0 if ok else 1
