@@ -50,6 +50,7 @@ bench: install
 	  --batch-size 16 --seq-len 64 --json | tee bench/results/step.json
 	$(BIN)/smartune bench numerics --json | tee bench/results/numerics.json
 	$(BIN)/smartune bench api --json | tee bench/results/api.json
+	$(BIN)/smartune bench load | tee bench/results/load.json
 	$(BIN)/smartune bench sweep --model minilm-l6 --task rte --trainings 8 --min-seconds 120 \
 	  | tee bench/results/orchestration.json
 

@@ -82,6 +82,7 @@ class Tally:
         self.accepted: dict[str, list[str]] = defaultdict(list)  # team -> job ids
         self.full_until: dict[str, float] = {}  # team -> when to try submitting again
         self.server_errors: list[str] = []
+        self.client_errors: list[str] = []  # the first few 4xx other than 429 (none expected)
         self.refusals: Counter[str] = (
             Counter()
         )  # 429s by reason: the team's queue limit, the key's rate limit
@@ -112,6 +113,8 @@ async def _client(http: Any, team: str, n: int, tally: Tally, until: float) -> N
         tally.statuses[name][response.status] += 1
         if response.status >= 500:
             tally.server_errors.append(f"{name} {response.status}: {payload[:300]!r}")
+        elif response.status >= 400 and response.status != 429 and len(tally.client_errors) < 5:
+            tally.client_errors.append(f"{name} {response.status}: {payload[:300]!r}")
         elif name == "POST /jobs" and response.status == 201:
             own.append(json.loads(payload)["id"])
         elif response.status == 429:
@@ -210,6 +213,7 @@ def run_load(
         "requests_per_s": round(requests / seconds, 1),
         "server_errors": len(tally.server_errors),
         "first_server_errors": tally.server_errors[:3],
+        "first_client_errors": tally.client_errors,
         "endpoints": endpoints,
         "refusals_429": dict(tally.refusals),
         "accepted_jobs": len(accepted),

@@ -1,7 +1,9 @@
 """`smartune submit | jobs | status | cancel | logs`: the HTTP client of a running `smartune serve`.
 
-The server is `--url` ($SMARTUNE_URL, default http://127.0.0.1:8000) and the key `--key`
-($SMARTUNE_API_KEY). Errors from the server print its `detail` (and the field at fault) on one line.
+The server is `--url` ($SMARTUNE_URL, default http://127.0.0.1:8000). The API key comes from a file
+(`--key-file`, or $SMARTUNE_API_KEY_FILE) or from $SMARTUNE_API_KEY, never from a command-line value: the
+arguments of a process are visible to every user of the machine (`ps`, /proc/<pid>/cmdline). `--key` is
+refused with a pointer to these. Errors from the server print its `detail` on one line.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -21,11 +24,56 @@ class ServerError(ValueError):
     """The server refused the request (or could not be reached); the message says why."""
 
 
+KEY_ENV, KEY_FILE_ENV = "SMARTUNE_API_KEY", "SMARTUNE_API_KEY_FILE"
+NO_KEY_FLAG = (
+    "--key is not accepted: a key on the command line is visible to every user of this machine (ps); "
+    f"set {KEY_ENV} or pass --key-file (a file holding the key). If you just typed a real key, revoke it"
+)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url", default=None, help="the smartune server ($SMARTUNE_URL, default http://127.0.0.1:8000)"
     )
-    p.add_argument("--key", default=None, help="an API key ($SMARTUNE_API_KEY)")
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        default=None,
+        help=f"a file holding the API key (${KEY_FILE_ENV}); else ${KEY_ENV} is used",
+    )
+    p.add_argument("--key", dest="key_flag", default=None, help=argparse.SUPPRESS)  # refused: see NO_KEY_FLAG
+
+
+def read_key_file(path: Path) -> str:
+    """The key in `path` (its first line, stripped); a warning if others may read the file."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text()
+    except OSError as err:
+        raise ServerError(f"cannot read the key file {path}: {err.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"warning: the key file {path} is readable by others; chmod 600 it", file=sys.stderr)
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise ServerError(f"the key file {path} is empty")
+    return key
+
+
+def refuse_key_flag(args: argparse.Namespace) -> None:
+    if getattr(args, "key_flag", None) is not None:
+        raise ServerError(NO_KEY_FLAG)
+
+
+def api_key(args: argparse.Namespace) -> str:
+    """The key: `--key-file`, else $SMARTUNE_API_KEY, else $SMARTUNE_API_KEY_FILE; never a flag's value."""
+    refuse_key_flag(args)
+    if getattr(args, "key_file", None) is not None:
+        return read_key_file(args.key_file)
+    if key := os.environ.get(KEY_ENV, "").strip():
+        return key
+    if path := os.environ.get(KEY_FILE_ENV, "").strip():
+        return read_key_file(Path(path))
+    raise ServerError(f"no API key: set {KEY_ENV}, or pass --key-file (or set {KEY_FILE_ENV})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,15 +123,13 @@ def connect(args: argparse.Namespace) -> Any:
     import httpx
 
     url = args.url or os.environ.get("SMARTUNE_URL") or "http://127.0.0.1:8000"
-    key = args.key or os.environ.get("SMARTUNE_API_KEY")
-    if not key:
-        raise ServerError("no API key: pass --key or set SMARTUNE_API_KEY")
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key(args)}"}, timeout=30)
 
 
 def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
     import httpx
 
+    refuse_key_flag(args)
     client = connect(args)
     try:
         response = client.request(method, f"/api/v1{path}", **kwargs)
@@ -101,12 +147,27 @@ def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any
     return response
 
 
+def _yaml_loader() -> Any:
+    """PyYAML's safe loader, reading `1e-4` as the number YAML 1.2 says it is (YAML 1.1 wants `1.0e-4`
+    and reads `1e-4` as a string, which the server, validating strictly, refuses for a number)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    number = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", number, list("-+0123456789"))
+    return Loader
+
+
 def read_spec(path: Path) -> Any:
     import yaml
 
     text = path.read_text()
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_yaml_loader())
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}") from None
 

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        client_cmd.refuse_key_flag(args)  # a key given as a flag is refused before anything runs
         return int(args.handler(args) or 0)
     except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
         print(f"smartune {args.command}: error: {err}", file=sys.stderr)

@@ -1,9 +1,13 @@
 """One error body for every client mistake: `{"detail": ..., "field": ...}`, plus `errors` for a 422.
 
 `ApiError` is what the service raises on purpose; the handlers below turn it, FastAPI's validation errors
-and Starlette's HTTP errors (404 route, 405, 413) into that body. Anything else is a bug: a 500 with a
-generic message, logged with its traceback. The bodies are declared as models here (`ErrorBody`,
-`ValidationErrorBody`) so the OpenAPI document describes exactly what the handlers send.
+and Starlette's HTTP errors (404 route, 405, 413) into that body. A database that cannot be reached, times
+out or drops the connection (SQLAlchemy's OperationalError, InterfaceError, a pool timeout, an invalidated
+connection) is a 503 with `Retry-After`: the client may simply try again. Every 429 and 503 says when to
+retry (`Retry-After`), and a 405 lists every method of its path (`Allow`). Anything else is a bug: a 500
+with a generic message, logged with its traceback; no answer carries a traceback or a driver's text. The
+bodies are declared as models here (`ErrorBody`, `ValidationErrorBody`) so the OpenAPI document describes
+exactly what the handlers send.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +50,9 @@ class TooLargeBody(ErrorBody):
     """A 413: the body was larger than `limit_bytes` (absent when the limit is not the body's size)."""
 
     limit_bytes: int | None = None
+
+
+DB_RETRY_AFTER_S = 5  # a restarted database or a released lock: worth another try in a few seconds
 
 
 class ApiError(StarletteHTTPException):
@@ -98,14 +107,75 @@ async def _validation_handler(_request: Request, exc: Exception) -> JSONResponse
     return JSONResponse(validation_body(errors), status_code=422)
 
 
-async def _http_handler(_request: Request, exc: Exception) -> JSONResponse:
+RETRY_AFTER_S = {429: 30, 503: DB_RETRY_AFTER_S}  # when the raiser named no wait (a full queue: 429)
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str | None:
+    """Every method some route serves at this path (Starlette names only the first route's, while the
+    service serves GET and POST of one path by two routes; RFC 9110 wants the resource's in `Allow`)."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in METHODS
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)
+    ]
+    return ", ".join(allowed) or None
+
+
+async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     field = getattr(exc, "field", None)
     body: dict[str, Any] = {"detail": exc.detail, "field": field}
     if exc.status_code == 422:  # a check of the service's own (limits, paths): the same shape as pydantic's
         msg = str(exc.detail).removeprefix(f"{field}: ") if field else str(exc.detail)
         body["errors"] = [{"field": field, "msg": msg, "type": "value_error"}]
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405 and (allow := allowed_methods(request)):
+        headers["Allow"] = allow
+    if exc.status_code in RETRY_AFTER_S and not any(h.lower() == "retry-after" for h in headers):
+        headers["Retry-After"] = str(RETRY_AFTER_S[exc.status_code])  # every 429 and 503 says when to retry
+    return JSONResponse(body, status_code=exc.status_code, headers=headers or None)
+
+
+DB_UNAVAILABLE = "the database is unavailable; try again in a few seconds"
+_UNAVAILABLE = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+    sa_exc.DisconnectionError,
+)
+
+
+def database_unavailable(err: BaseException) -> bool:
+    """Whether `err` says the database cannot be reached now (not that a statement is wrong: a bug)."""
+    if isinstance(err, _UNAVAILABLE):
+        return True
+    return isinstance(err, sa_exc.DBAPIError) and bool(err.connection_invalidated)
+
+
+def unavailable_response() -> JSONResponse:
+    return JSONResponse(
+        {"detail": DB_UNAVAILABLE, "field": None},
+        status_code=503,
+        headers={"Retry-After": str(DB_RETRY_AFTER_S)},
+    )
+
+
+async def _database_handler(request: Request, exc: Exception) -> JSONResponse:
+    if not database_unavailable(exc):  # an integrity or programming error: a bug, not an outage
+        return await _unexpected_handler(request, exc)
+    first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
+    logger.warning(
+        "database unavailable on %s %s: %s: %s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        first[0][:300] if first else "",
+    )
+    return unavailable_response()
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -116,4 +186,6 @@ async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
+    for kind in (sa_exc.DBAPIError, sa_exc.TimeoutError, sa_exc.DisconnectionError):
+        app.add_exception_handler(kind, _database_handler)
     app.add_exception_handler(Exception, _unexpected_handler)

@@ -157,12 +157,15 @@ class JobSubmissionAdapter:
             options = ListApiOptions(
                 detail=True, filters=[("state", "=", "ALIVE")], timeout=max(1, int(self.timeout_s))
             )
-            nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=False)
+            # A partial answer (a busy dashboard drops nodes from it) raises instead of reading low.
+            nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=True)
         except Exception as err:
             raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
-        totals = [getattr(n, "resources_total", {}) for n in nodes]  # NodeState rows
+        totals = [getattr(n, "resources_total", None) or {} for n in nodes]  # NodeState rows
         cpus = sum(float(t.get("CPU", 0)) for t in totals)
         gpus = sum(float(t.get("GPU", 0)) for t in totals)
+        if cpus <= 0:  # no node listed yet (a fresh head) or none with its resources: not a pool of zero
+            raise RayUnavailable(f"Ray dashboard at {self.address} lists no live node with CPUs")
         return Resources(cpus=cpus, gpus=gpus)
 
     def ping(self) -> None:

@@ -187,11 +187,14 @@ class Watcher:
         self._update(job_id, lambda j: j.summary_pending, lambda s, j: record_summary(s, j, summary))
 
     def _summary(self, job_id: str, sid: str, experiment: str | None) -> dict[str, Any] | None:
+        """The sweep's summary from MLflow, else from the driver's last lines; None while it cannot be
+        read (it is fetched again later); `NO_SUMMARY` when MLflow and Ray both answered without one."""
+        answered = True
         try:
             found = self._mlflow(lambda: self.tracker.summary(job_id, experiment))
         except Exception:
             logger.exception("summary of %s unavailable from MLflow", job_id)
-            found = None
+            found, answered = None, False
         if found is not None:
             return found
         try:
@@ -205,7 +208,7 @@ class Watcher:
                 continue
             if isinstance(parsed, dict) and "job_id" in parsed:
                 return parsed
-        return None
+        return NO_SUMMARY if answered else None
 
     def _logs_tail(self, sid: str, lines: int = 20) -> str | None:
         try:
@@ -256,9 +259,17 @@ class Watcher:
         self._update(job_id, lambda j: j.cleanup_pending, change)
 
 
+NO_SUMMARY: dict[str, Any] = {"no_summary": True}  # the driver ended well but left no summary anywhere
+
+
 def record_summary(session: Session, job: Job, summary: dict[str, Any] | None) -> None:
-    """A finished sweep's verdict: SUCCEEDED with at least one completed trial, FAILED with none; without
-    a summary yet (MLflow unreachable), SUCCEEDED with the summary pending."""
+    """A finished sweep's verdict: SUCCEEDED with at least one completed trial, FAILED with none or with no
+    summary at all; without a summary yet (MLflow unreachable), SUCCEEDED with the summary pending."""
+    if summary is NO_SUMMARY:  # not a sweep that ran (a driver that never reached its end, or not ours)
+        job.message = "the sweep driver exited without a summary: no trial result was recorded"
+        crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
+        stop_open_trials(session=session, job_id=job.id)
+        return
     job.summary, job.summary_pending = summary, summary is None
     best = (summary or {}).get("best") or {}
     value = best.get("value") if isinstance(best, dict) else None

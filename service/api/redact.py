@@ -21,9 +21,10 @@ MAX_TEXT = 500
 _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w.~/-])(?:~|/)(?:[^\s'\",;:()\[\]{}]*)")
 
-_SUMMARY_KEYS = ("job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best")
+_SUMMARY_KEYS = ("job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors")
 _CELL_KEYS = ("params", "n", "mean", "std", "trial_ids")
 _BEST_KEYS = ("params", "value", "run_id", "trial_id")
+_ERROR_KEYS = ("trial_id", "run_id", "error_class", "error")  # why a trial failed; its text scrubbed
 
 
 def scrub(text: str) -> str:
@@ -65,4 +66,9 @@ def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out["cells"] = [_pick(cell, _CELL_KEYS) for cell in out["cells"]]
     if out.get("best") is not None:
         out["best"] = _pick(out["best"], _BEST_KEYS)
+    if isinstance(out.get("errors"), list):
+        out["errors"] = [_pick(e, _ERROR_KEYS) for e in out["errors"]]
+        for error in out["errors"]:
+            if isinstance(error.get("error"), str):
+                error["error"] = tenant_text(error["error"])
     return out

@@ -11,13 +11,16 @@ parses them and checks, in order, what is cheap:
 3. the grid's raw size, counted from the JSON (explicit grid axes and the preset's, times tasks, times
    seeds) against the deployment's `max_cells` x `CELL_FACTOR` (422 on `search_space`): equivalent cells
    are merged only by the expansion, so a grid may shrink, but never by more than this factor here;
-4. then the contract's own validation, whose errors become the usual 422 naming the field.
+4. then the contract's own validation, whose errors become the usual 422 naming the field. The checks
+   the contract runs on the whole spec (every grid cell must make a valid trial) report no field; the
+   field is found here from where the document sets the value the message names (`locate`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +33,8 @@ from worker.contract.spec import JobSpec
 CELL_FACTOR = 4  # raw cells allowed per deployment cell: room for the cells the expansion merges
 MAX_DEPTH = 32  # a job spec nests 4 levels; method params and axis values a few more
 JSON_TYPES = ("application/json",)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_PLACES = (("search_space", "axes"), ("training",), ("method_params",))  # an axis first: it varies by cell
 
 
 def _error(loc: tuple[str | int, ...], msg: str, kind: str) -> RequestValidationError:
@@ -136,6 +141,26 @@ def check_size(doc: Any, max_cells: int) -> None:
         )
 
 
+def _member(doc: Any, *path: str) -> Any:
+    for name in path:
+        doc = doc.get(name) if isinstance(doc, dict) else None
+    return doc
+
+
+def locate(msg: str, doc: Any) -> tuple[str, ...]:
+    """The location of a whole-spec error (the contract's check of every grid cell): the first name in
+    the message that the document sets as an axis, a training field or a method parameter; the search
+    space for the grid's size; () when nothing in the document is to blame alone."""
+    places = [(place, _member(doc, *place)) for place in _PLACES]
+    for name in _NAME.findall(msg):
+        for place, block in places:
+            if isinstance(block, dict) and name in block:
+                return (*place, name)
+    if "the grid has" in msg:
+        return ("search_space",)
+    return ()
+
+
 def read_spec(raw: bytes, content_type: str | None, *, max_cells: int) -> JobSpec:
     """The validated spec of a request body; every way it can be wrong is a 4xx naming what is wrong."""
     check_media_type(content_type)
@@ -143,9 +168,10 @@ def read_spec(raw: bytes, content_type: str | None, *, max_cells: int) -> JobSpe
     check_values(doc)
     check_size(doc, max_cells)
     try:
-        return JobSpec.model_validate(doc)
+        return JobSpec.model_validate(doc, strict=True)  # as the schema says: no "5" for 5, no 0 for false
     except ValidationError as err:
         errors = [
-            {**e, "loc": ("body", *e["loc"])} for e in err.errors(include_url=False, include_input=False)
+            {**e, "loc": ("body", *(e["loc"] or locate(str(e["msg"]), doc)))}
+            for e in err.errors(include_url=False, include_input=False)
         ]
         raise RequestValidationError(errors) from None

@@ -57,9 +57,15 @@ def docs_policy(html: str) -> str:
     )
 
 
+INTERNAL_ERROR = b'{"detail":"internal server error","field":null}'
+
+
 class SecurityHeadersMiddleware:
     """Pure ASGI: adds the headers above to each response that does not set them itself (413s sent by
-    the body limit and CORS preflights included)."""
+    the body limit and CORS preflights included). A bug's 500 would be sent by Starlette's outermost
+    middleware, past this one: when an exception reaches here before any response started, the generic
+    500 is sent here, with the headers, and the exception goes on up to be logged (nothing is sent twice).
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -69,15 +75,34 @@ class SecurityHeadersMiddleware:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     if name not in headers:
                         headers[name] = value
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        try:
+            await self.app(scope, receive, with_headers)
+        except Exception:
+            if not started:
+                await with_headers(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(INTERNAL_ERROR)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": INTERNAL_ERROR})
+            raise
 
 
 def cors_options(origins: list[str]) -> dict[str, object]:

@@ -7,7 +7,9 @@ FastAPI writes most of it from the routes; three things are fixed here, once, wh
 - every error answer is JSON, whatever the route's own media type (FastAPI would declare a plain-text
   route's errors as text/plain);
 - FastAPI's default 422 schema (`HTTPValidationError`, a list under `detail`) is never what the service
-  sends: routes declare `ValidationErrorBody` instead, and the unused default is dropped.
+  sends: routes that can answer 422 declare `ValidationErrorBody` (service.api.responses); FastAPI's own
+  422, which it adds to any route with a parameter (a plain path segment cannot fail validation), is
+  dropped where the route did not declare one, and so are its unused schemas.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def _json_errors(doc: dict[str, Any]) -> None:
                 response["content"] = {"application/json": {"schema": schema}}
 
 
+def _drop_undeclared_422(doc: dict[str, Any]) -> None:
+    for operation in _operations(doc):
+        responses = operation.get("responses", {})
+        if f"{REF}HTTPValidationError'" in repr(responses.get("422", {})):
+            del responses["422"]
+
+
 def _drop_unused_defaults(doc: dict[str, Any]) -> None:
     """Drop FastAPI's 422 schemas unless a route still points at them (then they stay, and a test fails)."""
     if f"{REF}HTTPValidationError'" not in repr(doc.get("paths", {})):
@@ -61,6 +70,7 @@ def install(app: FastAPI, models: Sequence[type[BaseModel]]) -> None:
             doc = generate()  # FastAPI caches this very dict: the fixes below land in its cache
             _add_models(doc, models)
             _json_errors(doc)
+            _drop_undeclared_422(doc)
             _drop_unused_defaults(doc)
         return app.openapi_schema  # type: ignore[return-value]
 

@@ -77,7 +77,7 @@ def test_admin_endpoints_need_an_admin_key(client: TestClient, team_key: str) ->
         ("GET", "/api/v1/teams/nlp"),
         ("PATCH", "/api/v1/teams/nlp"),
         ("POST", "/api/v1/teams/nlp/keys"),
-        ("DELETE", "/api/v1/keys/abc"),
+        ("DELETE", "/api/v1/keys/0123456789ab"),
     ]:
         response = client.request(method, path, headers=auth(team_key), json={})
         assert response.status_code == 403, (method, path)

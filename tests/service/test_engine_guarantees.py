@@ -61,6 +61,18 @@ def test_a_sweep_with_no_completed_trial_fails_with_the_reason(
     assert "2 x data: DataError: <path>, row 6: not UTF-8 text" in seen_by_team and "/srv" not in seen_by_team
 
 
+def test_a_driver_that_ended_well_without_any_summary_fails_the_job(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED", logs="nothing like a summary\n")  # MLflow has none either
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "FAILED" and "without a summary" in job["message"]
+    assert client.get(f"/api/v1/jobs/{job_id}/results", headers=auth(team_key)).status_code == 409
+
+
 def test_a_summary_mlflow_could_not_give_is_fetched_again_later(
     client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker
 ) -> None:

@@ -66,3 +66,16 @@ def test_submission_carries_the_attempt_and_its_environment() -> None:
     body = seen[0].read().decode()
     assert seen[0].url.path == "/api/jobs/" and '"submission_id":"j-a1"' in body.replace(" ", "")
     assert seen[0].headers["authorization"] == "Bearer t"
+
+
+@pytest.mark.parametrize("nodes", [[], [type("Node", (), {"resources_total": None})()]])
+def test_a_pool_listed_without_cpus_is_unknown_not_zero(
+    nodes: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh head lists its node late, and a busy dashboard can answer without one: reading that as a
+    pool of zero would refuse every submission as unfittable until the next read."""
+    from ray.util.state.api import StateApiClient
+
+    monkeypatch.setattr(StateApiClient, "list", lambda *_a, **_kw: nodes)
+    with pytest.raises(RayUnavailable, match="no live node"):
+        adapter(lambda r: httpx.Response(200)).capacity()

@@ -31,6 +31,14 @@ def post(client: TestClient, key: str, body: Any) -> Any:
         ),
         (spec(seeds=[]), "seeds"),
         ({"model": "tiny-random"}, "task"),
+        # found by the contract's check of every grid cell, which names no field: located from the spec
+        (spec(search_space={"axes": {"epochs": {"values": [1, 10**6]}}}), "search_space.axes.epochs"),
+        (spec(search_space={"axes": {"adv_lr": {"values": [-1.0]}}}), "search_space.axes.adv_lr"),
+        (spec(training={"weight_decay": "inf"}), "training.weight_decay"),
+        # strict types, as the OpenAPI document declares them: no "0" for 0, no false for 0
+        (spec(priority="0"), "priority"),
+        (spec(limits={"max_retries": False}), "limits.max_retries"),
+        (spec(seeds=["1"]), "seeds.0"),
     ],
 )
 def test_invalid_specs_name_the_field(client: TestClient, team_key: str, body: Any, field: str) -> None:
@@ -100,7 +108,9 @@ def test_gpus_beyond_the_teams_quota_are_refused(client: TestClient, db: Databas
 
 def test_queued_jobs_per_team_are_capped(client: TestClient, team_key: str, settings: Any, app: Any) -> None:
     app.state.settings = settings.model_copy(update={"max_queued_jobs_per_team": 2})
-    assert [post(client, team_key, spec(seeds=[s])).status_code for s in (1, 2, 3)] == [201, 201, 429]
+    answers = [post(client, team_key, spec(seeds=[s])) for s in (1, 2, 3)]
+    assert [a.status_code for a in answers] == [201, 201, 429]
+    assert int(answers[2].headers["retry-after"]) >= 1  # a full queue says when to try again too
 
 
 def test_oversized_bodies_get_413(client: TestClient, team_key: str) -> None:
@@ -198,3 +208,22 @@ def test_a_team_without_a_quota_gets_the_deployments(client: TestClient, db: Dat
     key = make_team(db, "default-quota")  # default_gpu_quota 1 in the test settings' defaults
     assert post(client, key, spec(resources={"gpus": 2})).json()["field"] == "resources.gpus"
     assert post(client, key, spec(resources={"gpus": 1})).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/teams", {"name": "speech", "gpu_quota": "2"}, "gpu_quota"),
+        ("/api/v1/teams", {"name": "speech", "max_concurrent_jobs": True}, "max_concurrent_jobs"),
+        ("/api/v1/teams/nlp/keys", {"is_admin": 0}, "is_admin"),
+    ],
+)
+def test_admin_bodies_hold_the_declared_types(
+    client: TestClient, admin_key: str, team_key: str, path: str, body: Any, field: str
+) -> None:
+    response = client.post(path, json=body, headers=auth(admin_key))
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    patched = client.patch("/api/v1/teams/nlp", json={"weight": "2"}, headers=auth(admin_key))
+    assert patched.status_code == 422 and patched.json()["field"] == "weight"
+    assert client.patch("/api/v1/teams/nlp", json={"weight": 2}, headers=auth(admin_key)).status_code == 200

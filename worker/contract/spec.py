@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -55,6 +55,10 @@ class Axis(_Strict):
         else:
             if self.low is None or self.high is None or not self.low < self.high:
                 raise ValueError(f"a {self.type} axis needs low < high, got low={self.low}, high={self.high}")
+            if not (math.isfinite(self.low) and math.isfinite(self.high)):
+                raise ValueError(
+                    f"a {self.type} axis needs finite bounds, got low={self.low}, high={self.high}"
+                )
             if self.type == "loguniform" and self.low <= 0:
                 raise ValueError(f"a loguniform axis needs low > 0, got {self.low}")
         return self
@@ -100,6 +104,22 @@ def _source(value: str, field: str, *, aliases: bool) -> None:
         classify(value, field, aliases=aliases)
     except SourceError as err:  # the message starts with the field; pydantic prefixes it again
         raise ValueError(str(err).removeprefix(f"{field}: ")) from None
+
+
+def _check_sampled(name: str, axis: Axis, base: dict[str, Any]) -> None:
+    """A uniform/loguniform axis samples real numbers within [low, high]: only for a real-valued field, and
+    both ends must be values the field accepts (a grid cell is checked the same way, in `trials`)."""
+    if axis.type not in ("uniform", "loguniform") or axis.low is None or axis.high is None:
+        return
+    if name in TYPES and TYPES[name] is not float:
+        raise ValueError(
+            f"search_space.axes.{name}: a {axis.type} axis samples real numbers; use grid or choice"
+        )
+    for end in (axis.low, axis.high):
+        try:
+            expand_grid(base, {name: [end]})
+        except ValueError as err:
+            raise ValueError(f"search_space.axes.{name}: {err}") from None
 
 
 def _training_model() -> type[BaseModel]:
@@ -171,7 +191,9 @@ class JobSpec(_Strict):
     )
     training: Training = Field(default_factory=Training)
     search_space: SearchSpace = Field(default_factory=SearchSpace)
-    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=100)
+    seeds: list[Annotated[int, Field(ge=0, le=2**32 - 1)]] = Field(  # numpy's and torch's seed range
+        default_factory=lambda: [1], min_length=1, max_length=100
+    )
     search: Search = Field(default_factory=Search)
     resources: Resources = Field(default_factory=Resources)
     priority: int = Field(0, ge=-100, le=100)
@@ -237,6 +259,8 @@ class JobSpec(_Strict):
         if cells > MAX_CELLS:
             raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
         self.trials()  # every cell must make a valid training configuration
+        for name, axis in self.sampled_axes().items():
+            _check_sampled(name, axis, self.base_values())
         return self
 
     @property

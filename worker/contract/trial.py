@@ -9,6 +9,7 @@ recipe (Section 4.1): Adam, linear decay with 10% warm-up, clipping at 1, 512 wo
 from __future__ import annotations
 
 import math
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -109,6 +110,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if not _has_type(getattr(self, f.name), TYPES[f.name]):
+                raise ValueError(
+                    f"invalid value for {f.name}: {getattr(self, f.name)!r} is not {_type_name(f.name)}"
+                )
             problem = KNOBS[f.name].violation(getattr(self, f.name))
             if problem:
                 raise ValueError(f"invalid value for {f.name}: {getattr(self, f.name)!r} {problem}")
@@ -135,3 +140,26 @@ class TrainConfig:
 
 KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(TrainConfig)}
 TYPES: dict[str, Any] = typing.get_type_hints(TrainConfig)  # field -> its annotation, resolved
+
+
+def _has_type(value: Any, annotation: Any) -> bool:
+    """Whether `value` is of the declared type, strictly (a grid value is checked as a typed field would
+    be: "3", 3.5 or True is no `int`, "1e-4" no `float`; an `int` is a `float`)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, arm) for arm in typing.get_args(annotation))
+    if origin is Literal:
+        return value in typing.get_args(annotation)
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or annotation)
+
+
+def _type_name(name: str) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
+    arms = [a for a in typing.get_args(TYPES[name]) or (TYPES[name],) if a is not type(None)]
+    return " or ".join(names.get(typing.get_origin(a) or a, str(a)) for a in arms)

@@ -2,7 +2,8 @@
 
 Neither is rate limited: probes come often, from the orchestrator. `/healthz` is `async def` and touches
 nothing, so it answers while the database or the thread pool is stuck (that is what liveness means);
-`/readyz` asks the database and Ray from the thread pool.
+`/readyz` asks the database and Ray from the thread pool. While the database is down, a key that must be
+looked up cannot be checked: that probe gets the usual 503 error body (`ErrorBody`) instead of the report.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from service.api.deps import ProbeKey, RayJobsDep, SessionDep
-from service.api.responses import errors
+from service.api.responses import RETRY_AFTER, errors, one_of
+from service.errors import DB_RETRY_AFTER_S, ErrorBody
 from service.ray_jobs import RayUnavailable
 from service.schemas import HealthPublic, ReadyPublic
 
@@ -30,7 +32,12 @@ async def read_health() -> HealthPublic:
     response_model=ReadyPublic,
     responses={
         **errors(401),
-        503: {"model": ReadyPublic, "description": "the database or Ray does not answer (says which)"},
+        503: {
+            "description": "the database or Ray does not answer: the report says which (or, when the key "
+            "cannot be checked because the database is down, the error body)",
+            "content": one_of(ReadyPublic, ErrorBody),
+            "headers": RETRY_AFTER,
+        },
     },
 )
 def read_ready(session: SessionDep, ray: RayJobsDep, _key: ProbeKey) -> ReadyPublic | JSONResponse:
@@ -48,4 +55,6 @@ def read_ready(session: SessionDep, ray: RayJobsDep, _key: ProbeKey) -> ReadyPub
     ready = ReadyPublic(
         status="ok" if database == ray_state == "ok" else "unavailable", database=database, ray=ray_state
     )
-    return ready if ready.status == "ok" else JSONResponse(ready.model_dump(), status_code=503)
+    if ready.status == "ok":
+        return ready
+    return JSONResponse(ready.model_dump(), status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})

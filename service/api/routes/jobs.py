@@ -30,12 +30,12 @@ from service.api.deps import (
 )
 from service.api.examples import SPEC_EXAMPLES
 from service.api.redact import public_summary
-from service.api.responses import errors
+from service.api.responses import KEYED, errors
 from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
 from service.errors import ApiError, not_found
 from service.models import Job, JobState, Team
-from service.ray_jobs import RayUnavailable
+from service.ray_jobs import RayJobError, RayUnavailable
 from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -72,13 +72,12 @@ def _job(session: SessionDep, key: Principal, job_id: str, *, for_update: bool =
         200: {"model": JobSubmitted, "description": "Idempotency-Key replay: the original job"},
         **errors(
             400,
-            401,
+            *KEYED,
             403,
             409,
             413,
             415,
             422,
-            429,
             notes={
                 403: "the key belongs to no team (admin keys cannot submit)",
                 409: "Idempotency-Key reused with a different spec",
@@ -130,7 +129,7 @@ async def create_job(
     return submitted
 
 
-@router.get("", response_model=JobsPublic, responses=errors(401, 422, 429))
+@router.get("", response_model=JobsPublic, responses=errors(*KEYED, 422))
 def read_jobs(
     session: SessionDep,
     key: CurrentKey,
@@ -146,7 +145,7 @@ def read_jobs(
     return JobsPublic(data=[job_public(j, settings, admin=key.is_admin) for j in rows], count=count)
 
 
-@router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 429, notes=_NOT_FOUND))
+@router.get("/{job_id}", response_model=JobDetail, responses=errors(*KEYED, 404, notes=_NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, key: CurrentKey, settings: SettingsDep) -> JobDetail:
     """Read a job: state, timestamps, trials with their best scores, attempts, transitions, MLflow links."""
     return job_detail(session, _job(session, key, job_id), settings, admin=key.is_admin)
@@ -155,7 +154,7 @@ def read_job(job_id: str, session: SessionDep, key: CurrentKey, settings: Settin
 @router.post(
     "/{job_id}/cancel",
     response_model=JobPublic,
-    responses=errors(401, 404, 409, 429, notes={**_NOT_FOUND, 409: "the job has already finished"}),
+    responses=errors(*KEYED, 404, 409, notes={**_NOT_FOUND, 409: "the job has already finished"}),
 )
 async def cancel_job(
     job_id: str,
@@ -185,12 +184,13 @@ async def cancel_job(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
     responses=errors(
-        401,
+        *KEYED,
         404,
         422,
-        429,
-        503,
-        notes={404: "no such job, attempt, or logs Ray still holds", 503: "Ray is unreachable"},
+        notes={
+            404: "no such job, attempt, or logs Ray still holds",
+            503: "the database or Ray is unreachable; wait `Retry-After` seconds",
+        },
     ),
 )
 def read_job_logs(
@@ -213,6 +213,8 @@ def read_job_logs(
         text = ray.logs(f"{job_id}-a{number}")
     except RayUnavailable as err:
         raise ApiError(503, "Ray is unreachable; try again later") from err
+    except RayJobError as err:  # neither the logs nor a 404 from Ray: not the caller's fault
+        raise ApiError(503, "Ray could not give the logs now; try again later") from err
     if text is None:
         raise ApiError(404, f"Ray no longer holds the logs of {job_id}-a{number}")
     return PlainTextResponse("\n".join(text.splitlines()[-tail:]) if tail else text)
@@ -220,7 +222,12 @@ def read_job_logs(
 
 @router.get(
     "/{job_id}/results",
-    responses=errors(401, 404, 409, 429, notes={**_NOT_FOUND, 409: "the job has not succeeded (yet)"}),
+    responses=errors(
+        *KEYED,
+        404,
+        409,
+        notes={**_NOT_FOUND, 409: "the job has not succeeded (yet), or its summary is not read yet"},
+    ),
 )
 def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
     """The sweep summary (cells with mean and std over seeds, the best trial with its run id), once the
@@ -228,6 +235,8 @@ def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[
     job = _job(session, key, job_id)
     if job.state != JobState.SUCCEEDED:
         raise ApiError(409, f"job {job_id} is {job.state}; results exist once it has SUCCEEDED")
-    if job.summary is None:
-        raise ApiError(404, f"job {job_id} succeeded but left no summary")
+    if (
+        job.summary is None
+    ):  # the engine reads it again until MLflow gives it: the job exists, the results not yet
+        raise ApiError(409, f"job {job_id} has SUCCEEDED; its summary is not read yet, try again later")
     return public_summary(job.summary)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from service import pool
 from service.api.deps import CurrentKey, EngineDep, Principal, SessionDep, SettingsDep
-from service.api.responses import errors
+from service.api.responses import KEYED, errors
 from service.scheduler import TeamState
 from service.schemas import PoolPublic, QueueEntry, ResourcesPublic, TeamUsage
 
@@ -59,7 +59,7 @@ def _load(session: SessionDep, engine: EngineDep, settings: SettingsDep) -> pool
     )
 
 
-@router.get("", response_model=PoolView, responses=errors(401, 429))
+@router.get("", response_model=PoolView, responses=errors(*KEYED))
 def read_pool(session: SessionDep, key: CurrentKey, engine: EngineDep, settings: SettingsDep) -> PoolView:
     """The pool's capacity (from the Ray cluster), what is reserved and free, and the teams' usage: every
     team for an admin, the caller's own team and the others' totals for a team's key."""
@@ -99,7 +99,7 @@ def read_pool(session: SessionDep, key: CurrentKey, engine: EngineDep, settings:
     )
 
 
-@router.get("/queue", response_model=QueueView, responses=errors(401, 429))
+@router.get("/queue", response_model=QueueView, responses=errors(*KEYED))
 def read_queue(session: SessionDep, key: CurrentKey, engine: EngineDep, settings: SettingsDep) -> QueueView:
     """The queue in the order the scheduler considers it, with each job's reason for waiting (other
     teams' jobs without id, team or reason for a team's key)."""

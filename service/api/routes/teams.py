@@ -8,26 +8,19 @@ from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
 from service import crud
+from service.api.bodies import ApiKeyCreate, TeamCreate, TeamUpdate
 from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, WriteSessionDep
-from service.api.responses import errors
+from service.api.responses import KEYED, errors
 from service.api.views import key_public
 from service.errors import ApiError, not_found
 from service.models import Team
-from service.schemas import (
-    ApiKeyCreate,
-    ApiKeyCreated,
-    ApiKeysPublic,
-    TeamCreate,
-    TeamPublic,
-    TeamsPublic,
-    TeamUpdate,
-)
+from service.schemas import ApiKeyCreated, ApiKeysPublic, TeamPublic, TeamsPublic
 
 router = APIRouter(prefix="/teams", tags=["teams"])
 _NOTES = {403: "not an admin key", 404: "no such team"}
-_READ = errors(401, 403, 429, notes=_NOTES)
-_READ_ONE = errors(401, 403, 404, 429, notes=_NOTES)
-_WRITE_ONE = errors(400, 401, 403, 404, 413, 422, 429, notes=_NOTES)
+_READ = errors(*KEYED, 403, notes=_NOTES)
+_READ_ONE = errors(*KEYED, 403, 404, notes=_NOTES)
+_WRITE_ONE = errors(400, *KEYED, 403, 404, 413, 422, notes=_NOTES)
 
 
 def _team(session: SessionDep, name: str) -> Team:
@@ -41,7 +34,7 @@ def _team(session: SessionDep, name: str) -> Team:
     "",
     status_code=201,
     response_model=TeamPublic,
-    responses=errors(400, 401, 403, 409, 413, 422, 429, notes={**_NOTES, 409: "the team exists already"}),
+    responses=errors(400, *KEYED, 403, 409, 413, 422, notes={**_NOTES, 409: "the team exists already"}),
 )
 def create_team(team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey) -> Team:
     """Create a team with its quota (GPUs, concurrent jobs), fair-share weight and default priority."""

@@ -45,6 +45,17 @@ def test_canonical_json_and_hash_ignore_spelling_but_not_content() -> None:
         ({"task": "rte", "resources": {"gpus": 1.5}}, "resources.gpus"),
         ({"task": "rte", "seeds": []}, "seeds"),
         ({"task": "rte", "search_space": {"axes": {"epochs": {"values": [0]}}}}, "epochs"),
+        ({"task": "rte", "search_space": {"axes": {"epochs": {"values": ["3"]}}}}, "epochs: '3' is not an integer"),
+        ({"task": "rte", "search_space": {"axes": {"epochs": {"values": [2.5]}}}}, "is not an integer"),
+        ({"task": "rte", "search_space": {"axes": {"learning_rate": {"values": ["1e-4"]}}}}, "is not a number"),
+        ({"task": "rte", "search_space": {"axes": {"batch_size": {"type": "uniform", "low": 8, "high": 64}}}},
+         "search_space.axes.batch_size: a uniform axis samples real numbers"),
+        ({"task": "rte", "search_space": {"axes": {"learning_rate": {"type": "uniform", "low": 0, "high": 0.1}}}},
+         "search_space.axes.learning_rate: invalid value for learning_rate: 0.0 must be > 0"),
+        ({"task": "rte", "search_space": {"axes": {"mu": {"type": "uniform", "low": 0, "high": 1e400}}}},
+         "finite bounds"),
+        ({"task": "rte", "seeds": [2**32]}, "seeds.0"),
+        ({"task": "rte", "seeds": [-1]}, "seeds.0"),
     ],
 )  # fmt: skip
 def test_invalid_specs_name_the_field(document: dict[str, Any], field: str) -> None:
