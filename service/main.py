@@ -128,7 +128,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        db = connect(settings.sqlalchemy_url)
+        db = connect(settings.sqlalchemy_url, timeout_s=settings.db_timeout_s)
         written = bootstrap(db, settings)
         if written:
             print(f"smartune: bootstrap admin key written to {written} (mode 0600)", flush=True)  # noqa: T201
@@ -139,6 +139,7 @@ def create_app(
         app.state.ray = ray or JobSubmissionAdapter(
             settings.ray_address or f"http://127.0.0.1:{settings.ray_dashboard_port}",
             token=settings.ray_auth_token,
+            timeout_s=settings.ray_timeout_s,
         )
         app.state.tracker = tracker or MlflowTracker(
             settings.tracking_uri, settings.mlflow_experiment, settings.artifact_root
