@@ -73,8 +73,6 @@ class Dispatcher:
                 default_cpu_quota=self.settings.default_cpu_quota,
             )
         decided = pool.plan_round(state, capacity)
-        for job_id in decided.admitted:
-            self.dispatch(job_id, decided.reasons[job_id])
         admitted = set(decided.admitted)
         changed = [
             {"jid": job_id, "reason": reason[:300]}
@@ -89,6 +87,10 @@ class Dispatcher:
             )
             with self.db.write_sessions() as session, session.begin():
                 session.connection().execute(query, changed)
+        # Reasons first, then admissions (each a Ray submission, seconds on a busy dashboard): whoever sees
+        # a job of this round dispatched also sees why the others of the round wait.
+        for job_id in decided.admitted:
+            self.dispatch(job_id, decided.reasons[job_id])
         return decided
 
     def dispatch(self, job_id: str, reason: str) -> None:

@@ -42,6 +42,7 @@ class Engine:
             db=db, ray=ray, tracker=tracker, settings=settings, resubmit=self.dispatcher.submit
         )
         self.capacity: Resources | None = None
+        self.capacity_error: str | None = None  # why the last read of the capacity failed, if it did
         self.reconciled = False
         self.last_error: str | None = None
         self._capacity_at = self._scheduled_at = float("-inf")
@@ -101,7 +102,7 @@ class Engine:
                 self._dirty = False  # cleared first: a submission during the round asks for another
                 self.dispatcher.schedule(capacity)
                 self._scheduled_at, self._scheduled_for = time.monotonic(), capacity
-            self.last_error = None
+            self.last_error = self.capacity_error  # None when the round met no trouble
         except RayUnavailable as err:
             self.last_error = str(err)
             logger.warning("engine round postponed: %s", err)
@@ -110,8 +111,16 @@ class Engine:
             logger.exception("engine round failed")
 
     def refresh_capacity(self, force: bool = False) -> Resources | None:
+        """The pool's capacity, read again once `capacity_ttl_s` has passed. A failed read keeps the last
+        known capacity (the round goes on: watching needs none) until a first one was ever read."""
         if force or time.monotonic() - self._capacity_at >= self.settings.capacity_ttl_s:
-            self.capacity = self.ray.capacity()
+            try:
+                self.capacity, self.capacity_error = self.ray.capacity(), None
+            except RayUnavailable as err:
+                if self.capacity is None:
+                    raise
+                self.capacity_error = f"capacity unreadable, the last known is used: {err}"
+                logger.warning("%s", self.capacity_error)
             self._capacity_at = time.monotonic()
         return self.capacity
 

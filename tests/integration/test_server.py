@@ -102,8 +102,9 @@ def test_two_teams_share_a_two_gpu_pool_and_a_third_job_waits(server: Server) ->
     )
     queue = alpha("GET", "/api/v1/pool/queue").json()["data"]
     assert [(e["job_id"], e["reason"]) for e in queue] == [(a2, waiting["wait_reason"])]
-    usage = {t["team"]: t["gpus_in_use"] for t in alpha("GET", "/api/v1/pool").json()["teams"]}
-    assert usage == {"alpha": 1.0, "beta": 1.0}
+    pool = alpha("GET", "/api/v1/pool").json()
+    assert {t["team"]: t["gpus_in_use"] for t in pool["teams"]} == {"alpha": 1.0}  # its own team by name
+    assert pool["others"]["teams"] == 1 and pool["others"]["gpus_in_use"] == 1.0  # the others as totals
     first = alpha.wait(a1, lambda j: j["state"] in FINAL)
     assert first["state"] == "SUCCEEDED", first["message"]
     second = alpha.wait(a2, lambda j: j["state"] in FINAL)

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
@@ -14,6 +15,7 @@ from service.config import Settings
 from service.db import Database, utcnow
 from service.engine import Engine
 from service.models import Job
+from service.ray_jobs import RayUnavailable
 from service.tracking import TrialRun
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
@@ -185,3 +187,22 @@ def test_an_unfittable_job_is_refused_and_a_shrunk_pool_blocks_nothing(
     engine.tick()
     assert read(client, key, ok)["wait_reason"].startswith("pool too small")
     assert read(client, key, small)["state"] == "DISPATCHED"  # it does not wait behind the big one
+
+
+def test_an_unreadable_capacity_keeps_the_last_one_and_the_round_goes_on(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    known = engine.capacity
+
+    def unreadable() -> None:
+        raise RayUnavailable("the state API timed out")
+
+    monkeypatch.setattr(fake_ray, "capacity", unreadable)
+    fake_tracker.summaries[job_id] = summary_for(job_id)
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED")
+    engine.tick()  # the job is still watched: it ends although the capacity could not be read
+    assert read(client, team_key, job_id)["state"] == "SUCCEEDED"
+    assert engine.capacity == known and engine.last_error and "the last known is used" in engine.last_error
