@@ -163,14 +163,24 @@ def open_parent(
 
 def close_stale_children(client: MlflowClient, target: TrackingTarget, resuming: bool) -> list[str]:
     """Ends child runs a crashed attempt left RUNNING: KILLED and PENDING when the sweep resumes (the
-    trial continues its run), else FAILED with class `infra`. Returns their trial ids."""
-    stale = [r for r in find_runs(client, target) if r.info.status == "RUNNING" and TRIAL in r.data.tags]
-    for run in stale:
-        if resuming:
-            set_tags(client, run.info.run_id, {STATE: "PENDING"})
-            retrying(lambda r=run: client.set_terminated(r.info.run_id, "KILLED"))
-        else:
+    trial continues its run). Returns their trial ids.
+
+    When there is no experiment to resume (a driver killed before Tune first wrote its state), the sweep
+    starts over and its trials get new ids: the earlier attempt's trial runs are then the lineage of
+    nothing. They are ended FAILED (`infra`) and moved to MLflow's trash (restorable there), so each trial
+    of the sweep keeps exactly one run."""
+    children = [r for r in find_runs(client, target) if TRIAL in r.data.tags]
+    stale = [r for r in children if r.info.status == "RUNNING"]
+    for run in stale if resuming else []:
+        set_tags(client, run.info.run_id, {STATE: "PENDING"})
+        retrying(lambda r=run: client.set_terminated(r.info.run_id, "KILLED"))
+    for run in [] if resuming else children:
+        if run.info.status == "RUNNING":
             finish_trial_run(client, run.info.run_id, "ERROR", "infra", "the sweep's driver stopped")
+        set_tags(
+            client, run.info.run_id, {"smartune.superseded": "the sweep started over: no state to resume"}
+        )
+        retrying(lambda r=run: client.delete_run(r.info.run_id))
     return [r.data.tags[TRIAL] for r in stale]
 
 
