@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
 
-.PHONY: install run test test-all bench mutation lint format clean
+.PHONY: install run stop test test-all bench mutation lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ install: $(STAMP)
 # head unless RAY_ADDRESS is set, the API on http://127.0.0.1:8000 (SMARTUNE_HOST / SMARTUNE_PORT).
 run: install
 	$(BIN)/smartune serve
+
+# Stops what `make run` started (the service and its Ray head), also after a crash left them behind.
+stop: install
+	$(BIN)/smartune stop
 
 lint: install
 	$(BIN)/ruff check .

@@ -115,12 +115,18 @@ class RayHead:
         stop_group(self.process, signal.SIGKILL, timeout=30)
 
 
-def start_ray_head(*, num_cpus: int = 4, num_gpus: int = 2, ports: dict[str, int] | None = None) -> RayHead:
+def start_ray_head(
+    *,
+    num_cpus: int = 4,
+    num_gpus: int = 2,
+    ports: dict[str, int] | None = None,
+    env: dict[str, str] | None = None,
+) -> RayHead:
     """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with
     token auth and logical GPUs. Its temp folder is short: Ray's AF_UNIX sockets live there, and pytest's
     temp paths exceed the 107-byte limit."""
     tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
-    env = base_env()
+    env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
     subprocess.run(
         [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
     )

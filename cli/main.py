@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import admin_cmd, bench_cmd, client_cmd, serve_cmd, sweep_cmd, train_cmd
+from cli import admin_cmd, bench_cmd, client_cmd, migrate_cmd, serve_cmd, stop_cmd, sweep_cmd, train_cmd
 
 Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
 _SUBCOMMANDS: tuple[Registrar, ...] = (
@@ -16,6 +16,8 @@ _SUBCOMMANDS: tuple[Registrar, ...] = (
     serve_cmd.register,
     client_cmd.register,
     admin_cmd.register,
+    migrate_cmd.register,
+    stop_cmd.register,
 )
 
 
@@ -35,11 +37,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         client_cmd.refuse_key_flag(args)  # a key given as a flag is refused before anything runs
         return int(args.handler(args) or 0)
     except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
-        print(f"smartune {args.command}: error: {err}", file=sys.stderr)
+        for line in _describe(err):
+            print(f"smartune {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _describe(err: Exception) -> list[str]:
+    """A pydantic ValidationError (settings, a spec) as `field: why` lines, without the input it quotes
+    (settings hold secrets); any other error as its message. pydantic is not imported here: `smartune`
+    starts without it."""
+    errors = getattr(err, "errors", None)
+    if type(err).__name__ == "ValidationError" and callable(errors):
+        lines = []
+        for error in errors():
+            where = ".".join(str(part) for part in error["loc"]) or getattr(err, "title", "")
+            lines.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+        return lines
+    return [str(err)]
 
 
 if __name__ == "__main__":

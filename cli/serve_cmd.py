@@ -1,4 +1,5 @@
-"""`smartune serve`: run the control plane (API, scheduler, dispatcher) with SQLite in a data directory."""
+"""`smartune serve`: run the control plane (API, scheduler, dispatcher) with SQLite in a data directory;
+`smartune stop` ends it (cli/stop_cmd.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="(logical) GPUs of a local Ray head ($SMARTUNE_RAY_NUM_GPUS)",
     )
+    p.add_argument(
+        "--keep-ray",
+        action="store_true",
+        default=None,
+        help="leave the local Ray head this starts running at exit: sweeps outlive the service "
+        "($SMARTUNE_KEEP_RAY; stop it later with `smartune stop`)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -42,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         "data_dir": args.data_dir,
         "ray_num_cpus": args.ray_num_cpus,
         "ray_num_gpus": args.ray_num_gpus,
+        "keep_ray": args.keep_ray,
     }
     serve(Settings(**{k: v for k, v in given.items() if v is not None}), log_level=args.log_level)
     return 0

@@ -1,12 +1,16 @@
 """`smartune sweep SPEC`: run (or resume) a sweep locally: Ray Tune over the spec's grid, MLflow records.
 
 A thin shell over `python -m worker.tune.sweep` (the same driver a Ray job runs): a live table of the trials
-goes to stderr, the summary JSON is the last line of stdout. Rerunning the same spec resumes it.
+goes to stderr, the summary JSON is the last line of stdout. Rerunning the same spec resumes its
+experiment, and says so loudly (trials that finished keep their results and do not run again);
+`--fresh` starts a new experiment instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -21,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="experiment / parent-run name (default: <spec name>-<spec hash>, so a rerun resumes)",
     )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new experiment even if this spec ran before (its job id gets a UTC time suffix)",
+    )
     p.add_argument("--attempt", type=int, default=1, help="attempt number recorded on the runs")
     p.add_argument(
         "--storage-path",
@@ -31,11 +40,39 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.tune.sweep import main
+    from worker.contract.specfile import spec_from_file
+    from worker.tune.settings import Settings
+    from worker.tune.sweep import default_job_id, main
 
     argv = ["--spec", str(args.spec), "--attempt", str(args.attempt)]
-    if args.job_id:
-        argv += ["--job-id", args.job_id]
     if args.storage_path:
         argv += ["--storage-path", args.storage_path]
-    return main(argv)
+    job_id = args.job_id
+    if job_id is None or args.fresh:
+        job_id = job_id or default_job_id(spec_from_file(args.spec))
+    if args.fresh:
+        job_id = f"{job_id}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    else:
+        earlier = Settings.from_env(storage_path=args.storage_path).experiment_path(job_id)
+        if _exists(earlier):
+            print(_banner(job_id, earlier), file=sys.stderr, flush=True)
+    return main([*argv, "--job-id", job_id])
+
+
+def _exists(path: str) -> bool:
+    """Whether a Tune experiment folder (a local folder or a pyarrow URI such as s3://...) exists."""
+    if "://" not in path:
+        return Path(path).is_dir()
+    import pyarrow.fs
+
+    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
+    return filesystem.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
+
+
+def _banner(job_id: str, path: str) -> str:
+    rule = "=" * 78
+    return (
+        f"{rule}\nsmartune sweep: this spec ran before as {job_id!r} ({path}).\n"
+        "RESUMING that experiment: trials that finished keep their earlier results and do not run again.\n"
+        f"Pass --fresh to start a new experiment instead.\n{rule}"
+    )

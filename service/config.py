@@ -1,4 +1,4 @@
-"""The control plane's settings: one pydantic-settings class, read from the environment (and `.env`).
+"""The control plane's settings: one pydantic-settings class, read from the environment.
 
 Deployment-wide names stay unprefixed as docs/architecture.md §7 gives them (`DATABASE_URL`, `RAY_ADDRESS`,
 `MLFLOW_TRACKING_URI`); everything else is `SMARTUNE_*`. Unset locations derive from the data directory:
@@ -11,8 +11,9 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -23,7 +24,11 @@ def _env(name: str) -> AliasChoices:
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SMARTUNE_", env_file=".env", extra="ignore", validate_by_name=True
+        # No `.env` file: the team stack's `.env` (docker compose reads it from the repository root) must not
+        # leak into a `smartune serve` started from the same checkout. Settings come from the environment.
+        env_prefix="SMARTUNE_",
+        extra="ignore",
+        validate_by_name=True,
     )
 
     env: Literal["development", "production"] = "development"
@@ -39,10 +44,22 @@ class Settings(BaseSettings):
     ray_num_cpus: int | None = Field(None, ge=1, description="local head only; unset = detected")
     ray_num_gpus: int | None = Field(None, ge=0, description="local head only; logical GPUs allowed")
     ray_dashboard_port: int = Field(8265, ge=1, le=65535, description="local head only")
+    ray_head_port: int = Field(6379, ge=1, le=65535, description="local head only: its GCS port")
+    keep_ray: bool = Field(False, description="local head only: leave a head this service started running")
+    ray_start_args: str = Field(
+        "", description="local head only: more `ray start` flags, space-separated (ports, object store size)"
+    )
     ray_temp_dir: Path | None = Field(
         None, description="local head only: Ray's session folder (default /tmp/ray)"
     )
     mlflow_tracking_uri: str | None = Field(None, validation_alias=_env("MLFLOW_TRACKING_URI"))
+    # MLflow's client and pyarrow/boto3 read these two themselves; they are declared only to be checked.
+    mlflow_tracking_password: str | None = Field(
+        None, validation_alias=AliasChoices("MLFLOW_TRACKING_PASSWORD"), repr=False, exclude=True
+    )
+    aws_secret_access_key: str | None = Field(
+        None, validation_alias=AliasChoices("AWS_SECRET_ACCESS_KEY"), repr=False, exclude=True
+    )
     mlflow_experiment: str = "smartune"
     mlflow_ui_url: str | None = Field(
         None,
@@ -65,6 +82,12 @@ class Settings(BaseSettings):
 
     scheduler_interval_s: float = Field(2.0, gt=0, description="seconds between scheduler rounds")
     capacity_ttl_s: float = Field(10.0, ge=0, description="seconds a read of the pool's capacity is kept")
+    ready_ttl_s: float = Field(
+        1.0, ge=0, description="seconds one /readyz answer is reused (it needs no key)"
+    )
+    migrate_on_start: bool = Field(
+        True, description="run the migrations at start; off where a prestart step runs `smartune migrate`"
+    )
     max_attempts: int = Field(3, ge=1, description="attempts of a job before a lost one is FAILED")
     max_job_wall_time_s: float = Field(
         72 * 3600.0, gt=0, description="a job running longer is stopped and FAILED; caps limits.time_budget_s"
@@ -102,6 +125,19 @@ class Settings(BaseSettings):
         False, description="the MLflow UI sits behind authentication: only then does the API hand out links"
     )
 
+    @model_validator(mode="after")
+    def _no_default_secrets(self) -> Settings:
+        """Outside development, refuse a secret left empty or at a well-known default (`changethis` in
+        deploy/env.example): a team stack must not start with the example's passwords."""
+        if self.env == "development":
+            return self
+        problems = [problem for problem in _secret_problems(self) if problem]
+        if problems:
+            raise ValueError(
+                f"SMARTUNE_ENV={self.env} refuses default or empty secrets: " + "; ".join(problems)
+            )
+        return self
+
     @field_validator("data_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: object) -> object:
@@ -137,8 +173,11 @@ class Settings(BaseSettings):
         return self.mlflow_tracking_uri or f"sqlite:///{self.data_dir / 'mlflow.db'}"
 
     @property
-    def artifact_root(self) -> str:
-        return str(self.data_dir / "mlartifacts")
+    def artifact_root(self) -> str | None:
+        """Where a new MLflow experiment keeps its artifacts: the data dir beside a local store; None for a
+        tracking server, which decides (it proxies them to its own store, S3 in the team stack)."""
+        local_store = self.tracking_uri.startswith(("sqlite:", "file:")) or "://" not in self.tracking_uri
+        return str(self.data_dir / "mlartifacts") if local_store else None
 
     @property
     def tune_storage(self) -> str:
@@ -158,6 +197,34 @@ class Settings(BaseSettings):
         """Tune storage per team: checkpoints (loaded with torch.load) never shared across teams."""
         base = self.tune_storage
         return f"{base.rstrip('/')}/{team}" if "://" in base else str(Path(base) / team)
+
+
+DEFAULT_SECRETS = frozenset(
+    {"", "changethis", "changeme", "secret", "password", "password1234", "minioadmin"}
+)
+
+
+def _is_default(secret: str | None) -> bool:
+    return secret is not None and secret.strip().lower() in DEFAULT_SECRETS
+
+
+def _secret_problems(settings: Settings) -> list[str]:
+    """One line per bad secret, naming its variable (never its value)."""
+    problems: list[str] = []
+    if settings.database_url:
+        url = urlsplit(settings.database_url)
+        if url.hostname and (url.password is None or _is_default(url.password)):
+            problems.append("DATABASE_URL needs a password of its own")
+    if settings.ray_address:
+        token = settings.ray_auth_token or os.environ.get("RAY_AUTH_TOKEN")
+        token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+        if (token is None and not token_file.is_file()) or _is_default(token):
+            problems.append("RAY_AUTH_TOKEN is unset or a default (the Ray head runs with token auth)")
+    if _is_default(settings.mlflow_tracking_password):
+        problems.append("MLFLOW_TRACKING_PASSWORD is empty or a default")
+    if _is_default(settings.aws_secret_access_key):
+        problems.append("AWS_SECRET_ACCESS_KEY is empty or a default")
+    return problems
 
 
 @lru_cache

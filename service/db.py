@@ -3,20 +3,23 @@
 SQLite (the embedded default) runs in WAL mode with two engines on one file: reads begin deferred
 transactions and never block, writes begin `BEGIN IMMEDIATE` so that concurrent writers queue on the
 busy timeout instead of failing with "database is locked" when a read lock cannot be upgraded.
-PostgreSQL needs neither trick: both engines are the same. Migrations run at start-up, never at import.
+PostgreSQL needs neither trick: both engines are the same. Migrations run at start-up (or in a prestart
+step, `smartune migrate --wait S`), never at import.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, create_engine, event
+import sqlalchemy.exc
+from sqlalchemy import DateTime, Engine, create_engine, event, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -145,6 +148,24 @@ def connect(url: str, *, timeout_s: float = 5.0) -> Database:
         sessions=sessionmaker(read, expire_on_commit=False),
         write_sessions=sessionmaker(write, expire_on_commit=False),
     )
+
+
+def wait_until_reachable(db: Database, wait_s: float, *, interval_s: float = 1.0) -> int:
+    """Ping the database until it answers or `wait_s` seconds pass (then raise the last error); return
+    the number of failed pings. For a prestart step that starts beside the database."""
+    deadline = time.monotonic() + wait_s
+    failures = 0
+    while True:
+        try:
+            with db.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            return failures
+        except sqlalchemy.exc.OperationalError:
+            failures += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            time.sleep(min(interval_s, left))
 
 
 def migrate(db: Database, revision: str = "head") -> None:

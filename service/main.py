@@ -93,12 +93,13 @@ def _write_secret(path: Path, secret: str) -> None:
 
 
 def bootstrap(db: Database, settings: Settings) -> Path | None:
-    """Migrate the schema; on a store without an admin key, mint one and write it to the key file (mode
+    """Migrate the schema (unless a prestart step does: `migrate_on_start`); on a store without an admin key, mint one and write it to the key file (mode
     0600); return the file's path (to say where it is), or None when no key was minted.
 
     A key is minted once: never while the key file exists, even if that admin key has since been revoked
     (a lost admin key is replaced with `smartune admin create-key --admin`, on the store directly)."""
-    migrate(db)
+    if settings.migrate_on_start:
+        migrate(db)
     path = key_file(settings)
     if not settings.bootstrap_admin or path.exists():
         return None

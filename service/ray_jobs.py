@@ -1,4 +1,4 @@
-"""The only module that touches Ray: the `RayJobs` protocol, its Jobs-API adapter, and the local head.
+"""The `RayJobs` protocol and its Jobs-API adapter (the local head is `service.local_head`).
 
 The control plane talks to Ray's dashboard (the Jobs REST API over httpx, the state API for the nodes'
 resources) and never joins the cluster as a driver. Ray 2.60 dashboards want token auth: the token comes
@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -177,42 +175,3 @@ class JobSubmissionAdapter:
 def ray_executable() -> str:
     beside = Path(sys.executable).with_name("ray")
     return str(beside) if beside.is_file() else (shutil.which("ray") or "ray")
-
-
-def start_local_head(
-    *, num_cpus: int | None, num_gpus: int | None, dashboard_port: int, temp_dir: Path | None = None
-) -> str:
-    """Start (or find) a Ray head on this machine with token auth; return its dashboard URL.
-
-    The head outlives the control plane on purpose: sweeps keep running across a restart of the service
-    (stop it with `ray stop`).
-    """
-    address = f"http://127.0.0.1:{dashboard_port}"
-    adapter = JobSubmissionAdapter(address)
-    try:
-        adapter.ping()
-        logger.info("found a Ray head at %s", address)
-        return address
-    except RayUnavailable:
-        pass
-    ray = ray_executable()
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    subprocess.run([ray, "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
-    cmd = [ray, "start", "--head", "--disable-usage-stats", "--include-dashboard=true"]
-    cmd += ["--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
-    cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
-    cmd += [f"--num-gpus={num_gpus}"] if num_gpus is not None else []
-    cmd += [f"--temp-dir={temp_dir}"] if temp_dir is not None else []
-    logger.info("starting a local Ray head: %s", " ".join(cmd))
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=180)
-    adapter = JobSubmissionAdapter(address)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            adapter.ping()
-            return address
-        except RayUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)

@@ -1,36 +1,62 @@
 """`smartune serve`: the one command of the embedded deployment (docs/architecture.md §7).
 
-Starts (or finds) a local Ray head when `RAY_ADDRESS` is unset, then serves the API and the placeholder
-page with uvicorn. The job store, MLflow store and Tune storage live in the data directory.
+Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
+uvicorn, and on exit stops the head it started unless `keep_ray` is set. The job store, MLflow store and
+Tune storage live in the data directory; `<data dir>/run/` records the running processes for
+`smartune stop`.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 
+from service import local_head
 from service.config import Settings
 from service.main import create_app
-from service.ray_jobs import start_local_head
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    head: local_head.LocalHead | None = None
     if not settings.ray_address:
-        address = start_local_head(
+        head = local_head.start_or_reuse(
+            settings.data_dir,
             num_cpus=settings.ray_num_cpus,
             num_gpus=settings.ray_num_gpus,
             dashboard_port=settings.ray_dashboard_port,
+            head_port=settings.ray_head_port,
             temp_dir=settings.ray_temp_dir,
+            extra_args=settings.ray_start_args,
         )
         python = settings.entrypoint_python or sys.executable  # the head runs on this machine, in this venv
-        settings = settings.model_copy(update={"ray_address": address, "entrypoint_python": python})
+        settings = settings.model_copy(update={"ray_address": head.address, "entrypoint_python": python})
+    url = f"http://{settings.host}:{settings.port}/"
+    record = local_head.record_serve(settings.data_dir, url)
     print(  # noqa: T201
-        f"smartune: http://{settings.host}:{settings.port}/ (API docs at /docs); Ray at {settings.ray_address}; "
-        f"data in {settings.data_dir}",
+        f"smartune: {url} (API docs at /docs); Ray at {settings.ray_address}; data in {settings.data_dir}; "
+        "stop with Ctrl-C or `smartune stop`",
         flush=True,
     )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it with the handler found here: make that
+    # an ordinary exit, so the `finally` below runs (a default SIGTERM would end the process there).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+    finally:
+        record.unlink(missing_ok=True)
+        if head is not None and head.process is not None:
+            if settings.keep_ray:
+                print(f"smartune: the Ray head at {head.address} keeps running (--keep-ray)", flush=True)  # noqa: T201
+            else:
+                print("smartune: stopping the Ray head it started", flush=True)  # noqa: T201
+                local_head.stop(head)
+
+
+def _exit_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)

@@ -226,15 +226,6 @@ async def get_principal(
     return principal
 
 
-async def get_probe_principal(session: SessionDep, cache: KeyCacheDep, credentials: Credentials) -> Principal:
-    """The caller's key, verified, without a rate limit: for health probes."""
-    principal = await _authenticate(session, cache, credentials)
-    if principal is None:
-        raise _refuse(credentials)
-    return principal
-
-
-ProbeKey = Annotated[Principal, Depends(get_probe_principal)]
 CurrentKey = Annotated[Principal, Depends(get_principal)]
 
 

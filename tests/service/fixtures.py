@@ -50,6 +50,7 @@ def settings(tmp_path: Path, db_url: str, data_root: Path) -> Settings:
         max_seeds=5,
         default_max_concurrent_jobs=4,
         capacity_ttl_s=0,
+        ready_ttl_s=0,
         max_body_bytes=64 * 1024,
     )
 

@@ -9,8 +9,9 @@ from service.db import Database
 from tests.service.utils import auth, make_team, spec, submit
 
 
-def test_healthz_needs_no_key_and_the_rest_does(client: TestClient) -> None:
+def test_probes_need_no_key_and_the_rest_does(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ok", "database": "ok", "ray": "ok"}
     for method, path in [
         ("GET", "/api/v1/jobs"),
         ("POST", "/api/v1/jobs"),
@@ -18,7 +19,6 @@ def test_healthz_needs_no_key_and_the_rest_does(client: TestClient) -> None:
         ("GET", "/api/v1/pool"),
         ("GET", "/api/v1/pool/queue"),
         ("GET", "/api/v1/teams"),
-        ("GET", "/readyz"),
     ]:
         response = client.request(method, path)
         assert response.status_code == 401, (method, path)

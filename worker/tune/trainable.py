@@ -231,6 +231,7 @@ def start_tags(
         RESTORE_NOTE: restored.note or None,
         "smartune.pid": os.getpid(),
         "smartune.host": socket.gethostname(),
+        "smartune.node_id": ray.get_runtime_context().get_node_id(),  # which Ray node (hosts may run several)
         "smartune.resources": json.dumps(resources, sort_keys=True),
         "smartune.gpu_ids": json.dumps([str(i) for i in gpu_ids]),
     }

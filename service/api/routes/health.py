@@ -1,24 +1,32 @@
-"""Liveness (`/healthz`, no auth) and readiness (`/readyz`: the database and Ray answer).
+"""Liveness (`/healthz`) and readiness (`/readyz`: the database and Ray answer), both without a key.
 
-Neither is rate limited: probes come often, from the orchestrator. `/healthz` is `async def` and touches
-nothing, so it answers while the database or the thread pool is stuck (that is what liveness means);
-`/readyz` asks the database and Ray from the thread pool. While the database is down, a key that must be
-looked up cannot be checked: that probe gets the usual 503 error body (`ErrorBody`) instead of the report.
+Probes carry no key (a Kubernetes kubelet, a compose healthcheck), so neither asks for one and neither
+says more than "ok" or "unreachable" per dependency: the cause (an address, a driver message) goes to the
+log only. `/healthz` is `async def` and touches nothing, so it answers while the database or the thread
+pool is stuck (that is what liveness means). `/readyz` asks the database and Ray from the thread pool;
+its answer is kept for the setting `ready_ttl_s` (1 s), so callers without a key cannot turn it into load on either.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+import threading
+import time
+
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from service.api.deps import ProbeKey, RayJobsDep, SessionDep
-from service.api.responses import RETRY_AFTER, errors, one_of
-from service.errors import DB_RETRY_AFTER_S, ErrorBody
-from service.ray_jobs import RayUnavailable
+from service.api.deps import RayJobsDep
+from service.api.responses import RETRY_AFTER
+from service.db import Database
+from service.errors import DB_RETRY_AFTER_S
+from service.ray_jobs import RayJobs, RayUnavailable
 from service.schemas import HealthPublic, ReadyPublic
 
+logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
+_ready_lock = threading.Lock()
 
 
 @router.get("/healthz", response_model=HealthPublic)
@@ -31,30 +39,39 @@ async def read_health() -> HealthPublic:
     "/readyz",
     response_model=ReadyPublic,
     responses={
-        **errors(401),
         503: {
-            "description": "the database or Ray does not answer: the report says which (or, when the key "
-            "cannot be checked because the database is down, the error body)",
-            "content": one_of(ReadyPublic, ErrorBody),
+            "description": "the database or Ray does not answer: the report says which",
+            "model": ReadyPublic,
             "headers": RETRY_AFTER,
         },
     },
 )
-def read_ready(session: SessionDep, ray: RayJobsDep, _key: ProbeKey) -> ReadyPublic | JSONResponse:
+def read_ready(request: Request, ray: RayJobsDep) -> ReadyPublic | JSONResponse:
     """The database and the Ray cluster both answer (503 otherwise, saying which does not)."""
-    try:
-        session.execute(text("SELECT 1"))
-        database = "ok"
-    except Exception as err:  # any driver error means not ready
-        database = f"unreachable: {type(err).__name__}"
-    try:
-        ray.ping()
-        ray_state = "ok"
-    except RayUnavailable as err:
-        ray_state = f"unreachable: {err}"[:300]
-    ready = ReadyPublic(
-        status="ok" if database == ray_state == "ok" else "unavailable", database=database, ray=ray_state
-    )
+    state = request.app.state
+    with _ready_lock:  # concurrent probes share one check
+        cached: tuple[float, ReadyPublic] | None = getattr(state, "ready_cache", None)
+        if cached is None or time.monotonic() - cached[0] >= state.settings.ready_ttl_s:
+            cached = (time.monotonic(), _check(state.db, ray))
+            state.ready_cache = cached
+    ready = cached[1]
     if ready.status == "ok":
         return ready
     return JSONResponse(ready.model_dump(), status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})
+
+
+def _check(db: Database, ray: RayJobs) -> ReadyPublic:
+    database = ray_state = "ok"
+    try:
+        with db.sessions() as session:
+            session.execute(text("SELECT 1"))
+    except Exception as err:  # any driver error means not ready; the cause goes to the log only
+        logger.warning("readiness: the database does not answer: %s", err)
+        database = "unreachable"
+    try:
+        ray.ping()
+    except RayUnavailable as err:
+        logger.warning("readiness: Ray does not answer: %s", err)
+        ray_state = "unreachable"
+    status = "ok" if database == ray_state == "ok" else "unavailable"
+    return ReadyPublic(status=status, database=database, ray=ray_state)

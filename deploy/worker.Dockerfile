@@ -1,0 +1,60 @@
+# syntax=docker/dockerfile:1
+# The Ray image: the head, the GPU workers and the CPU workers all run it (compose's ray-* services, the
+# RayCluster in deploy/k8s). It holds the whole project with its pinned dependencies, torch's CUDA build
+# included. Build from the repository root:
+#   docker build -f deploy/worker.Dockerfile -t smartune/worker:0.1.0 .
+#
+# CUDA: the torch wheel brings its own CUDA libraries; the host needs an NVIDIA driver recent enough for them
+# (and the NVIDIA container toolkit). Pick TORCH_INDEX_URL among the CUDA builds PyTorch publishes for the
+# pinned torch (https://pytorch.org/get-started/locally/) and keep the base image's CUDA at the same minor.
+# (`nvidia/cuda:*-base-*` would save about 2 GB, as the wheel ships the libraries the runtime image adds.)
+
+FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1
+
+# Ubuntu 24.04's Python is 3.12 (requires-python allows it). wget: KubeRay's default probes call it.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates wget \
+    && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/venv \
+    && pip install "pip>=25.1"
+
+# torch alone from the PyTorch index (the CUDA build); everything else from PyPI. The project's pin
+# `torch==2.13.0` is satisfied by the installed `2.13.0+cuXXX`, so the next step keeps it.
+RUN pip install "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
+
+WORKDIR /src
+# The pinned dependencies in their own layer (rebuilt only when pyproject.toml changes), then the project.
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install --requirement /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY smart_core ./smart_core
+COPY worker ./worker
+COPY service ./service
+COPY cli ./cli
+COPY bench ./bench
+RUN pip install --no-deps . \
+    && python -c "import torch, ray, worker.tune.sweep; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+RUN groupadd --gid 10001 smartune \
+    && useradd --uid 10001 --gid smartune --create-home --home-dir /home/smartune --shell /bin/bash smartune \
+    && install --directory --owner=smartune --group=smartune /var/lib/smartune
+# Offline by default: a job turns the hub on only when the deployment allows hub ids (SMARTUNE_HUB_ALLOW).
+ENV SMARTUNE_DATA_DIR=/var/lib/smartune \
+    HF_HOME=/var/lib/smartune/hf \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    RAY_USAGE_STATS_ENABLED=0
+USER 10001:10001
+WORKDIR /home/smartune
+# Joins a head as a worker; the head's command is `ray start --head ...` (docker-compose.yml).
+CMD ["ray", "start", "--address=ray-head:6379", "--block"]

