@@ -13,7 +13,7 @@ export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../sh
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench,postgres]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,6 +31,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy smart_core worker/contract service
+	$(BIN)/mypy --follow-imports=silent smartune   # the SDK (its `python -m` entry leads into cli/)
 
 format: install
 	$(BIN)/ruff check --fix .

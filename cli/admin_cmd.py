@@ -7,14 +7,20 @@ store is `DATABASE_URL` when set, else the SQLite file in `--data-dir` ($SMARTUN
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
+
+from cli.completion_cmd import DIRECTORY, completes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("admin", help="bootstrap teams and API keys on the job store directly")
-    p.add_argument(
-        "--data-dir", default=None, help="the service's data directory (unless DATABASE_URL is set)"
+    completes(
+        p.add_argument(
+            "--data-dir", default=None, help="the service's data directory (unless DATABASE_URL is set)"
+        ),
+        DIRECTORY,
     )
     cmds = p.add_subparsers(dest="admin", required=True, metavar="ACTION")
 
@@ -49,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     revoke.set_defaults(handler=revoke_key)
 
     teams = cmds.add_parser("list-teams", help="list the teams and their quotas")
+    teams.add_argument("--json", action="store_true", help="print the teams as one JSON document")
     teams.set_defaults(handler=list_teams)
 
 
@@ -129,6 +136,14 @@ def list_teams(args: argparse.Namespace) -> int:
 
     db = _store(args)
     with db.sessions() as session:
+        if args.json:
+            from service.schemas import TeamPublic
+
+            rows = [
+                TeamPublic.model_validate(t).model_dump(mode="json") for t in crud.list_teams(session=session)
+            ]
+            print(json.dumps(rows, indent=2))
+            return 0
         for t in crud.list_teams(session=session):
             gpus = "default" if t.gpu_quota is None else f"{t.gpu_quota:g}"
             cpus = "default" if t.cpu_quota is None else f"{t.cpu_quota:g}"

@@ -1,62 +1,70 @@
-"""`smartune submit | jobs | status | cancel | logs`: the HTTP client of a running `smartune serve`.
+"""`smartune submit | jobs | status | cancel | logs`: the command line of the SDK (`smartune.Client`).
 
 The server is `--url` ($SMARTUNE_URL, default http://127.0.0.1:8000). The API key comes from a file
 (`--key-file`, or $SMARTUNE_API_KEY_FILE) or from $SMARTUNE_API_KEY, never from a command-line value: the
 arguments of a process are visible to every user of the machine (`ps`, /proc/<pid>/cmdline). `--key` is
-refused with a pointer to these. Errors from the server print its `detail` on one line.
+refused with a pointer to these. Errors from the server print its `detail` on one line. `--json` prints
+one JSON document on stdout (the server's answer) instead of the human view.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+from cli.completion_cmd import FILE, completes
+from smartune import FINAL_STATES as FINAL
+from smartune import Client, SmartuneError
+from smartune.config import KEY_ENV, KEY_FILE_ENV, key_from_env
+from smartune.config import read_key_file as _read_key_file
+from smartune.specs import read_spec
+
+__all__ = ["FINAL", "ServerError", "api_key", "connect", "read_spec", "register"]
 
 
 class ServerError(ValueError):
-    """The server refused the request (or could not be reached); the message says why."""
+    """No key could be found, or the key file is unusable; the message says why."""
 
 
-KEY_ENV, KEY_FILE_ENV = "SMARTUNE_API_KEY", "SMARTUNE_API_KEY_FILE"
 NO_KEY_FLAG = (
     "--key is not accepted: a key on the command line is visible to every user of this machine (ps); "
     f"set {KEY_ENV} or pass --key-file (a file holding the key). If you just typed a real key, revoke it"
 )
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def common(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    """The options every client command takes: the server, the key file, and `--json`."""
     p.add_argument(
         "--url", default=None, help="the smartune server ($SMARTUNE_URL, default http://127.0.0.1:8000)"
     )
-    p.add_argument(
-        "--key-file",
-        type=Path,
-        default=None,
-        help=f"a file holding the API key (${KEY_FILE_ENV}); else ${KEY_ENV} is used",
+    completes(
+        p.add_argument(
+            "--key-file",
+            type=Path,
+            default=None,
+            help=f"a file holding the API key (${KEY_FILE_ENV}); else ${KEY_ENV} is used",
+        ),
+        FILE,
     )
     p.add_argument("--key", dest="key_flag", default=None, help=argparse.SUPPRESS)  # refused: see NO_KEY_FLAG
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print the server's answer as one JSON document")
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def read_key_file(path: Path) -> str:
     """The key in `path` (its first line, stripped); a warning if others may read the file."""
     try:
-        mode = path.stat().st_mode
-        text = path.read_text()
-    except OSError as err:
-        raise ServerError(f"cannot read the key file {path}: {err.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(f"warning: the key file {path} is readable by others; chmod 600 it", file=sys.stderr)
-    key = text.strip().splitlines()[0].strip() if text.strip() else ""
-    if not key:
-        raise ServerError(f"the key file {path} is empty")
-    return key
+        return _read_key_file(path, _warn)
+    except SmartuneError as err:
+        raise ServerError(err.detail) from None
 
 
 def refuse_key_flag(args: argparse.Namespace) -> None:
@@ -69,29 +77,39 @@ def api_key(args: argparse.Namespace) -> str:
     refuse_key_flag(args)
     if getattr(args, "key_file", None) is not None:
         return read_key_file(args.key_file)
-    if key := os.environ.get(KEY_ENV, "").strip():
-        return key
-    if path := os.environ.get(KEY_FILE_ENV, "").strip():
-        return read_key_file(Path(path))
-    raise ServerError(f"no API key: set {KEY_ENV}, or pass --key-file (or set {KEY_FILE_ENV})")
+    try:
+        key = key_from_env(_warn)
+    except SmartuneError as err:
+        raise ServerError(err.detail) from None
+    if key is None:
+        raise ServerError(f"no API key: set {KEY_ENV}, or pass --key-file (or set {KEY_FILE_ENV})")
+    return key
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """The SDK client for the server the arguments name (tests replace this function)."""
+    refuse_key_flag(args)
+    return Client(url=args.url, key=api_key(args))
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="submit a job spec (YAML or JSON) to the server")
-    p.add_argument("spec", type=Path, help="the job spec file")
+    completes(p.add_argument("spec", type=Path, help="the job spec file"), FILE)
     p.add_argument(
         "--idempotency-key", default=None, help="resubmitting with the same key returns the same job"
     )
-    p.add_argument("--json", action="store_true", help="print the server's answer as JSON")
-    _common(p)
+    common(p)
     p.set_defaults(handler=submit)
 
     p = sub.add_parser("jobs", help="list your team's jobs, newest first")
     p.add_argument("--state", action="append", default=None, help="only jobs in this state (repeatable)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--json", action="store_true")
-    _common(p)
+    common(p)
     p.set_defaults(handler=jobs)
 
     p = sub.add_parser("status", help="a job's state and progress; --watch follows it to the end")
@@ -100,13 +118,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--watch", action="store_true", help="refresh until the job ends (exit 1 unless SUCCEEDED)"
     )
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    p.add_argument("--json", action="store_true")
-    _common(p)
+    common(p)
     p.set_defaults(handler=status)
 
     p = sub.add_parser("cancel", help="cancel a job (a running one is stopped, its MLflow runs KILLED)")
     p.add_argument("job_id")
-    _common(p)
+    common(p)
     p.set_defaults(handler=cancel)
 
     p = sub.add_parser("logs", help="the sweep driver's output, from Ray")
@@ -114,69 +131,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attempt", type=int, default=None, help="default: the latest")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job ends")
-    _common(p)
+    common(p, json_flag=False)  # plain text: the driver's own output
     p.set_defaults(handler=logs)
 
 
-def connect(args: argparse.Namespace) -> Any:
-    """An httpx client for the server (tests replace this function)."""
-    import httpx
-
-    url = args.url or os.environ.get("SMARTUNE_URL") or "http://127.0.0.1:8000"
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key(args)}"}, timeout=30)
-
-
-def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    import httpx
-
-    refuse_key_flag(args)
-    client = connect(args)
-    try:
-        response = client.request(method, f"/api/v1{path}", **kwargs)
-    except httpx.TransportError as err:
-        raise ServerError(
-            f"cannot reach the server at {client.base_url} ({err}); is `smartune serve` running?"
-        ) from None
-    if response.status_code >= 400:
-        try:
-            body = response.json()
-            detail = body.get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise ServerError(f"{response.status_code}: {detail}")
-    return response
-
-
-def _yaml_loader() -> Any:
-    """PyYAML's safe loader, reading `1e-4` as the number YAML 1.2 says it is (YAML 1.1 wants `1.0e-4`
-    and reads `1e-4` as a string, which the server, validating strictly, refuses for a number)."""
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    number = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", number, list("-+0123456789"))
-    return Loader
-
-
-def read_spec(path: Path) -> Any:
-    import yaml
-
-    text = path.read_text()
-    try:
-        return json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_yaml_loader())
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}") from None
-
-
 def submit(args: argparse.Namespace) -> int:
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
-    job = call(args, "POST", "/jobs", json=read_spec(args.spec), headers=headers).json()
+    spec = read_spec(args.spec)
+    with connect(args) as client:
+        job = client.submit_job(spec, idempotency_key=args.idempotency_key)
     if args.json:
-        print(json.dumps(job, indent=2))
+        emit_json(job)
         return 0
     print(job["id"])
     note = " (the earlier submission with this idempotency key)" if job["replayed"] else ""
@@ -187,12 +151,10 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def jobs(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"limit": args.limit, "offset": args.offset}
-    if args.state:
-        params["state"] = [s.upper() for s in args.state]
-    page = call(args, "GET", "/jobs", params=params).json()
+    with connect(args) as client:
+        page = client.jobs_page(args.state, limit=args.limit, offset=args.offset)
     if args.json:
-        print(json.dumps(page, indent=2))
+        emit_json(page)
         return 0
     print(f"{'ID':<18} {'STATE':<10} {'TEAM':<12} {'TRIALS':>6} {'PRIO':>4}  {'CREATED':<19}  NAME")
     for j in page["data"]:
@@ -221,40 +183,55 @@ def describe(job: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+def _ending(job: dict[str, Any]) -> None:
+    """The lines after a finished job's progress line: its attempt, MLflow link, message."""
+    if job["state"] not in FINAL:
+        return
+    extra = [f"attempt {job['attempt']} ({job['submission_id']})"] if job["attempt"] else []
+    extra += [f"MLflow: {job['mlflow_url']}"] if job["mlflow_url"] else []
+    extra += [job["message"]] if job["message"] else []
+    for line in extra:
+        print(f"  {line}")
+
+
 def status(args: argparse.Namespace) -> int:
-    while True:
-        job = call(args, "GET", f"/jobs/{args.job_id}").json()
-        if args.json and not args.watch:
-            print(json.dumps(job, indent=2))
-            return 0
-        print(describe(job), flush=True)
-        if not args.watch or job["state"] in FINAL:
-            break
-        time.sleep(args.interval)
-    if job["state"] in FINAL:
-        extra = [f"attempt {job['attempt']} ({job['submission_id']})"] if job["attempt"] else []
-        extra += [f"MLflow: {job['mlflow_url']}"] if job["mlflow_url"] else []
-        extra += [job["message"]] if job["message"] else []
-        for line in extra:
-            print(f"  {line}")
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one JSON document
+    with connect(args) as client:
+        if args.watch:
+            job = client.wait(
+                args.job_id, poll_s=args.interval, progress=lambda j: print(describe(j), file=out, flush=True)
+            )
+        else:
+            job = client.job(args.job_id)
+            if not args.json:
+                print(describe(job))
+    if args.json:
+        emit_json(job)
+    else:
+        _ending(job)
     return 0 if not args.watch or job["state"] == "SUCCEEDED" else 1
 
 
 def cancel(args: argparse.Namespace) -> int:
-    job = call(args, "POST", f"/jobs/{args.job_id}/cancel").json()
-    print(f"{job['id']} {job['state']}")
+    with connect(args) as client:
+        job = client.cancel(args.job_id)
+    if args.json:
+        emit_json(job)
+    else:
+        print(f"{job['id']} {job['state']}")
     return 0
 
 
 def logs(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in {"attempt": args.attempt, "tail": args.tail}.items() if v is not None}
+    tail = args.tail
     printed = ""
-    while True:
-        text = call(args, "GET", f"/jobs/{args.job_id}/logs", params=params).text
-        sys.stdout.write(text[len(printed) :] if text.startswith(printed) else text)
-        sys.stdout.flush()
-        printed = text
-        if not args.follow or call(args, "GET", f"/jobs/{args.job_id}").json()["state"] in FINAL:
-            return 0
-        params.pop("tail", None)
-        time.sleep(2.0)
+    with connect(args) as client:
+        while True:
+            text = client.logs(args.job_id, attempt=args.attempt, tail=tail)
+            sys.stdout.write(text[len(printed) :] if text.startswith(printed) else text)
+            sys.stdout.flush()
+            printed = text
+            if not args.follow or client.job(args.job_id)["state"] in FINAL:
+                return 0
+            tail = None
+            time.sleep(2.0)

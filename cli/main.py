@@ -6,7 +6,19 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cli import admin_cmd, bench_cmd, client_cmd, migrate_cmd, serve_cmd, stop_cmd, sweep_cmd, train_cmd
+from cli import (
+    admin_cmd,
+    bench_cmd,
+    client_cmd,
+    completion_cmd,
+    migrate_cmd,
+    serve_cmd,
+    stop_cmd,
+    sweep_cmd,
+    train_cmd,
+    view_cmd,
+)
+from smartune.errors import SmartuneError  # the SDK's refusals; `import smartune` loads the stdlib only
 
 Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
 _SUBCOMMANDS: tuple[Registrar, ...] = (
@@ -15,9 +27,11 @@ _SUBCOMMANDS: tuple[Registrar, ...] = (
     bench_cmd.register,
     serve_cmd.register,
     client_cmd.register,
+    view_cmd.register,
     admin_cmd.register,
     migrate_cmd.register,
     stop_cmd.register,
+    completion_cmd.register,
 )
 
 
@@ -36,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client_cmd.refuse_key_flag(args)  # a key given as a flag is refused before anything runs
         return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
+    except (ValueError, FileNotFoundError, SmartuneError) as err:  # bad input, a refusal: one clear line
         for line in _describe(err):
             print(f"smartune {args.command}: error: {line}", file=sys.stderr)
         return 2

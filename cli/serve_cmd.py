@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cli.completion_cmd import DIRECTORY, completes
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,10 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default=None, help="listen address ($SMARTUNE_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="listen port ($SMARTUNE_PORT, default 8000)")
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help="job store, MLflow store, Tune storage ($SMARTUNE_DATA_DIR, ~/.smartune)",
+    completes(
+        p.add_argument(
+            "--data-dir",
+            default=None,
+            help="job store, MLflow store, Tune storage ($SMARTUNE_DATA_DIR, ~/.smartune)",
+        ),
+        DIRECTORY,
     )
     p.add_argument(
         "--ray-num-cpus", type=int, default=None, help="CPUs of a local Ray head ($SMARTUNE_RAY_NUM_CPUS)"

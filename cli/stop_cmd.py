@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.completion_cmd import DIRECTORY, completes
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -14,8 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Stops the processes recorded in <data dir>/run/ (a pid is signalled only while its "
         "command line is still the recorded one).",
     )
-    p.add_argument(
-        "--data-dir", default=None, help="the service's data dir ($SMARTUNE_DATA_DIR, ~/.smartune)"
+    completes(
+        p.add_argument(
+            "--data-dir", default=None, help="the service's data dir ($SMARTUNE_DATA_DIR, ~/.smartune)"
+        ),
+        DIRECTORY,
     )
     p.set_defaults(handler=run)
 

@@ -13,13 +13,15 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cli.completion_cmd import FILE, completes
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a job spec's hyperparameter sweep on Ray Tune, tracked in MLflow (local or RAY_ADDRESS)",
     )
-    p.add_argument("spec", type=Path, help="the job spec, YAML or JSON (see examples/)")
+    completes(p.add_argument("spec", type=Path, help="the job spec, YAML or JSON (see examples/)"), FILE)
     p.add_argument(
         "--job-id",
         default=None,

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from cli.completion_cmd import DIRECTORY, completes
 from smart_core.config import FIELD_CHOICES, METHOD_PRESETS, MethodConfig  # torch-free: a fast --help
 
 _METHOD_FLAG_HELP = "(overrides the method preset; see smart_core/config.py)"
@@ -63,8 +64,11 @@ def _trial_flags(parser: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="fine-tune one model on one task (local, no Ray)")
     _trial_flags(p)
-    p.add_argument(
-        "--output", type=Path, required=True, help="folder for metrics.json and the best checkpoint"
+    completes(
+        p.add_argument(
+            "--output", type=Path, required=True, help="folder for metrics.json and the best checkpoint"
+        ),
+        DIRECTORY,
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _method_flags(p)

@@ -124,6 +124,16 @@ class Settings(BaseSettings):
     mlflow_ui_protected: bool = Field(
         False, description="the MLflow UI sits behind authentication: only then does the API hand out links"
     )
+    # Operations: logs and metrics.
+    log_format: Literal["json", "text"] | None = Field(
+        None, description="`json` (one object per line) or `text`; unset = json in production, text otherwise"
+    )
+    metrics_token: str | None = Field(
+        None,
+        repr=False,
+        description="bearer token that may read /metrics (Prometheus' scrape `authorization`) besides admin "
+        "keys; unset = admin keys only",
+    )
 
     @model_validator(mode="after")
     def _no_default_secrets(self) -> Settings:
@@ -165,6 +175,11 @@ class Settings(BaseSettings):
         return value.expanduser().resolve() if value is not None else None
 
     @property
+    def json_logs(self) -> bool:
+        """Whether the logs are JSON lines: `log_format`, else JSON in production only."""
+        return (self.log_format or ("json" if self.env == "production" else "text")) == "json"
+
+    @property
     def sqlalchemy_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'smartune.db'}"
 
@@ -203,6 +218,9 @@ DEFAULT_SECRETS = frozenset(
     {"", "changethis", "changeme", "secret", "password", "password1234", "minioadmin"}
 )
 
+# A bearer token of the deployment's own (the metrics token): long enough not to be guessed.
+MIN_TOKEN_CHARS = 16
+
 
 def _is_default(secret: str | None) -> bool:
     return secret is not None and secret.strip().lower() in DEFAULT_SECRETS
@@ -224,6 +242,13 @@ def _secret_problems(settings: Settings) -> list[str]:
         problems.append("MLFLOW_TRACKING_PASSWORD is empty or a default")
     if _is_default(settings.aws_secret_access_key):
         problems.append("AWS_SECRET_ACCESS_KEY is empty or a default")
+    if settings.metrics_token is not None and (
+        _is_default(settings.metrics_token) or len(settings.metrics_token.strip()) < MIN_TOKEN_CHARS
+    ):
+        problems.append(
+            f"SMARTUNE_METRICS_TOKEN is empty, a default or shorter than {MIN_TOKEN_CHARS} characters "
+            "(unset it to let admin keys only read /metrics)"
+        )
     return problems
 
 

@@ -108,6 +108,12 @@ class Database:
 def normalize_url(url: str) -> str:
     """Give bare PostgreSQL URLs a driver that is installed (SQLAlchemy 2.1 defaults to psycopg 3)."""
     scheme, sep, rest = url.partition("://")
+    if scheme.startswith("postgres") and not (
+        importlib.util.find_spec("psycopg") or importlib.util.find_spec("psycopg2")
+    ):
+        raise ValueError(
+            "DATABASE_URL names PostgreSQL but no driver is installed: pip install 'smartune[postgres]'"
+        )
     if scheme in ("postgres", "postgresql"):
         scheme = "postgresql+psycopg" if importlib.util.find_spec("psycopg") else "postgresql+psycopg2"
     return f"{scheme}{sep}{rest}"

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from service import crud, pool
 from service.config import Settings
 from service.db import Database, utcnow
+from service.http.logs import bound_job
 from service.models import Attempt, AttemptState, Job, JobState, submission_id
 from service.ray_jobs import RayJobError, RayJobExists, RayJobs, RayUnavailable
 from service.scheduler import Plan, Resources
@@ -90,7 +91,8 @@ class Dispatcher:
         # Reasons first, then admissions (each a Ray submission, seconds on a busy dashboard): whoever sees
         # a job of this round dispatched also sees why the others of the round wait.
         for job_id in decided.admitted:
-            self.dispatch(job_id, decided.reasons[job_id])
+            with bound_job(job_id):
+                self.dispatch(job_id, decided.reasons[job_id])
         return decided
 
     def dispatch(self, job_id: str, reason: str) -> None:
@@ -142,6 +144,7 @@ class Dispatcher:
         crud.update_job_if(
             sessions=self.db.write_sessions, job_id=job_id, check=this_attempt, change=mark_submitted
         )
+        logger.info("dispatched %s as Ray job %s", job_id, submission_id(job_id, number))
 
     @staticmethod
     def _refused(session: Session, job: Job, error: str) -> None:

@@ -2,7 +2,8 @@
 bootstraps an admin key on first start (written to a file, never printed), and runs the engine
 (scheduler, dispatcher, reconciler) thread. Around the routes: the body size limit, security headers,
 CORS only when origins are configured (service.http), and an OpenAPI document that declares what the
-routes really answer.
+routes really answer. Operations: `/metrics` for Prometheus (service.http.metrics, behind an admin key or
+the metrics token) and a request id on every request and log record (service.http.logs).
 
 Serve it with `smartune serve`, or `uvicorn --factory service.main:create_app`. Importing this module
 changes nothing: no database, no Ray, no migrations.
@@ -19,19 +20,21 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 from service import crud, errors
 from service.api.deps import KeyCache, Writer
 from service.api.main import api_router
-from service.api.routes import health
+from service.api.routes import health, metrics
 from service.config import Settings, get_settings
 from service.db import Database, connect, migrate
 from service.engine import Engine
+from service.http import metrics as http_metrics
 from service.http import openapi
 from service.http.headers import CORSMiddleware, SecurityHeadersMiddleware, cors_options, docs_policy
+from service.http.logs import RequestIdMiddleware, bind_job_id
 from service.http.ratelimit import RateLimiter
 from service.limits import BodyLimitMiddleware
 from service.ray_jobs import JobSubmissionAdapter, RayJobs
@@ -166,13 +169,18 @@ def create_app(
     )
     errors.install(app)
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
-    # Middleware added last runs first: the headers wrap everything (413s and CORS answers included).
+    # Middleware added last runs first: the headers wrap everything (413s and CORS answers included), the
+    # HTTP metrics count every answer, and the request id (service.http.logs) is set before anything logs.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_allow_origins:
         app.add_middleware(CORSMiddleware, **cors_options(settings.cors_allow_origins))  # type: ignore[arg-type]
     app.add_middleware(SecurityHeadersMiddleware)
-    app.include_router(api_router, prefix=API_PREFIX)
+    http_metrics.install(app, timeout_s=settings.db_timeout_s)
+    app.add_middleware(RequestIdMiddleware)
+    # Routes with a `{job_id}` log with it (bind_job_id: a no-op elsewhere).
+    app.include_router(api_router, prefix=API_PREFIX, dependencies=[Depends(bind_job_id)])
     app.include_router(health.router)
+    app.include_router(metrics.router)
     _add_pages(app)
     openapi.install(app, [JobSpec])
     return app

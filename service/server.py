@@ -3,12 +3,12 @@
 Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
 uvicorn, and on exit stops the head it started unless `keep_ray` is set. The job store, MLflow store and
 Tune storage live in the data directory; `<data dir>/run/` records the running processes for
-`smartune stop`.
+`smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
+access lines included.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from types import FrameType
@@ -17,11 +17,12 @@ import uvicorn
 
 from service import local_head
 from service.config import Settings
+from service.http import logs
 from service.main import create_app
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(json=settings.json_logs, level=log_level)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     head: local_head.LocalHead | None = None
     if not settings.ray_address:
@@ -47,7 +48,11 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     # an ordinary exit, so the `finally` below runs (a default SIGTERM would end the process there).
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+        # log_config=None: uvicorn's loggers keep the root handler configured above (its format, the request id
+        # on access lines) instead of uvicorn's own.
+        uvicorn.run(
+            create_app(settings), host=settings.host, port=settings.port, log_level=log_level, log_config=None
+        )
     finally:
         record.unlink(missing_ok=True)
         if head is not None and head.process is not None:

@@ -16,6 +16,7 @@ again on later rounds.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import json
 import logging
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from service import crud
 from service.config import Settings
 from service.db import Database, utcnow
 from service.dispatch import mark_submitted
+from service.http.logs import bound_job
 from service.models import ACTIVE_STATES, AttemptState, Job, JobState, submission_id
 from service.ray_jobs import RAY_FINAL, RayJobs, RayUnavailable
 from service.sync import apply_runs, stop_open_trials
@@ -60,7 +62,8 @@ class Watcher:
 
     def _mlflow(self, call: Callable[[], T]) -> T:
         """An MLflow read with the deployment's timeout (a hung tracking server stalls no round)."""
-        return _MLFLOW.submit(call).result(timeout=self.settings.mlflow_timeout_s)
+        context = contextvars.copy_context()  # the pool's threads log with the job's id too
+        return _MLFLOW.submit(context.run, call).result(timeout=self.settings.mlflow_timeout_s)
 
     def poll_active(self) -> int:
         """Reconcile every dispatched or running job, each on its own; return how many left the pool."""
@@ -69,15 +72,19 @@ class Watcher:
             pending = session.scalars(select(Job.id).where(Job.summary_pending)).all()
         left = 0
         for job_id, number in rows:
-            try:
-                left += self.poll(job_id, number)
-            except Exception as err:  # one odd job must not stall every team's
-                logger.warning("watching %s failed (%s); the other jobs go on", job_id, err, exc_info=True)
+            with bound_job(job_id):  # its log lines carry its id
+                try:
+                    left += self.poll(job_id, number)
+                except Exception as err:  # one odd job must not stall every team's
+                    logger.warning(
+                        "watching %s failed (%s); the other jobs go on", job_id, err, exc_info=True
+                    )
         for job_id in pending:
-            try:
-                self.fetch_summary(job_id)
-            except Exception as err:
-                logger.warning("summary of %s still unavailable: %s", job_id, err)
+            with bound_job(job_id):
+                try:
+                    self.fetch_summary(job_id)
+                except Exception as err:
+                    logger.warning("summary of %s still unavailable: %s", job_id, err)
         return left
 
     def poll(self, job_id: str, number: int) -> bool:
@@ -233,10 +240,13 @@ class Watcher:
             )
             pending = session.execute(query).all()
         for job_id, number, experiment in pending:
-            try:
-                self._finish_cancelled(job_id, number, experiment)
-            except Exception as err:
-                logger.warning("cleaning up cancelled %s failed (%s); the next round retries", job_id, err)
+            with bound_job(job_id):
+                try:
+                    self._finish_cancelled(job_id, number, experiment)
+                except Exception as err:
+                    logger.warning(
+                        "cleaning up cancelled %s failed (%s); the next round retries", job_id, err
+                    )
 
     def _finish_cancelled(self, job_id: str, number: int, experiment: str | None) -> None:
         info = self.ray.info(submission_id(job_id, number)) if number else None

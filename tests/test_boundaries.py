@@ -91,3 +91,19 @@ def test_light_entry_points(statement: str, allowed: set[str]) -> None:
     assert {m for m in _ours(loaded) if m.startswith("smart_core.")} <= {
         "smart_core.config"
     } or "torch" in allowed
+
+
+def _foreign(modules: set[str]) -> set[str]:
+    """Top-level packages that are neither the standard library nor always there (site's own hooks)."""
+    return _tops(modules) - set(sys.stdlib_module_names) - _tops(loaded_after([]))
+
+
+def test_the_sdk_needs_only_httpx() -> None:
+    """`import smartune` (every module but __main__, which runs the CLI) loads the standard library only;
+    a Client adds httpx and what httpx itself loads; PyYAML and pandas only when a spec file or a trials
+    frame asks for them."""
+    sdk = [f"import {m}" for m in modules_of("smartune") if m != "smartune.__main__"]
+    assert _foreign(loaded_after(sdk)) == {"smartune"}
+    httpx_alone = _foreign(loaded_after(["import httpx", "httpx.Client().close()"]))
+    client = ["import smartune", "smartune.Client(url='http://127.0.0.1:9', key='smt_x').close()"]
+    assert _foreign(loaded_after(client)) - httpx_alone == {"smartune"}

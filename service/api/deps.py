@@ -168,7 +168,7 @@ def _lookup(session: Session, key: str) -> Principal | None:
         session.rollback()  # ends the read: the connection goes back to the pool until the handler needs one
 
 
-async def _authenticate(
+async def authenticate(
     session: Session, cache: KeyCache, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal | None:
     """The verified caller, or None for a missing, malformed, unknown or revoked key."""
@@ -208,7 +208,7 @@ async def get_principal(
 ) -> Principal:
     """The caller's key, verified, within its rate limit (429 with Retry-After otherwise). A request
     without a valid key counts against its client address, so probing keys is limited too."""
-    principal = await _authenticate(session, cache, credentials)
+    principal = await authenticate(session, cache, credentials)
     if principal is not None:
         identity = f"key:{principal.key_id}"
     else:

@@ -110,8 +110,8 @@ def cors_options(origins: list[str]) -> dict[str, object]:
     return {
         "allow_origins": list(origins),
         "allow_methods": ["GET", "POST", "PATCH", "DELETE"],
-        "allow_headers": ["Authorization", "Content-Type", "Idempotency-Key"],
-        "expose_headers": ["Retry-After"],
+        "allow_headers": ["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID"],
+        "expose_headers": ["Retry-After", "X-Request-ID"],
         "allow_credentials": False,
         "max_age": 600,
     }

@@ -9,11 +9,12 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+import smartune
 from cli import client_cmd
 from cli.main import main
 from service.engine import Engine
 from tests.service.fakes import FakeRay, summary_line
-from tests.service.utils import QUICK_SPEC, auth
+from tests.service.utils import QUICK_SPEC
 
 
 def test_admin_creates_teams_and_keys_on_the_store(
@@ -57,9 +58,8 @@ def test_admin_creates_teams_and_keys_on_the_store(
 
 @pytest.fixture
 def cli(client: TestClient, team_key: str, monkeypatch: Any) -> TestClient:
-    """Route the CLI's HTTP calls into the test app."""
-    client.headers.update(auth(team_key))
-    monkeypatch.setattr(client_cmd, "connect", lambda _args: client)
+    """Route the CLI's SDK client into the test app."""
+    monkeypatch.setattr(client_cmd, "connect", lambda _args: smartune.Client(key=team_key, http=client))
     return client
 
 

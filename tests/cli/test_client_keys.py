@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+import smartune
 from cli import client_cmd
 from cli.main import build_parser, main
-from tests.service.utils import auth
 
 COMMANDS = [["submit", "spec.yaml"], ["jobs"], ["status", "job-x"], ["cancel", "job-x"], ["logs", "job-x"]]
 
@@ -102,9 +102,8 @@ def test_the_file_key_reaches_the_server(
     """End to end through the test app: the key read from the file is the one the server sees."""
     path = _key_file(tmp_path, team_key + "\n")
 
-    def connect(args: argparse.Namespace) -> TestClient:
-        client.headers.update(auth(client_cmd.api_key(args)))
-        return client
+    def connect(args: argparse.Namespace) -> smartune.Client:
+        return smartune.Client(key=client_cmd.api_key(args), http=client)
 
     monkeypatch.setattr(client_cmd, "connect", connect)
     assert main(["jobs", "--key-file", str(path)]) == 0

@@ -147,10 +147,18 @@ def test_service_image_has_no_torch() -> None:
     assert any(keyword == "HEALTHCHECK" for keyword, _ in steps)
 
 
+def _project_pins() -> dict[str, Requirement]:
+    """The project's dependencies and its extras' (the PostgreSQL driver is the `postgres` extra)."""
+    texts = [*PYPROJECT["project"]["dependencies"]]
+    for extra in PYPROJECT["project"]["optional-dependencies"].values():
+        texts += [t for t in extra if not t.startswith("smartune")]
+    return {canonicalize_name(r.name): r for r in map(Requirement, texts)}
+
+
 def test_service_group_matches_the_project_pins() -> None:
     """The service image installs the `service` dependency group, the workers the project's dependencies:
     the same versions on both sides of the Jobs API. mlflow-skinny is mlflow's client-only distribution."""
-    project = {canonicalize_name(r.name): r for r in map(Requirement, PYPROJECT["project"]["dependencies"])}
+    project = _project_pins()
     group = [Requirement(text) for text in PYPROJECT["dependency-groups"]["service"]]
     same_release = {"mlflow-skinny": "mlflow"}
     for requirement in group:
@@ -165,9 +173,7 @@ def test_service_group_matches_the_project_pins() -> None:
 
 
 def test_worker_and_mlflow_images_use_the_project_pins() -> None:
-    project: dict[str, Requirement] = {
-        canonicalize_name(r.name): r for r in map(Requirement, PYPROJECT["project"]["dependencies"])
-    }
+    project = _project_pins()
     worker = " ".join(a for k, a in instructions(DEPLOY / "worker.Dockerfile") if k == "RUN")
     assert f'pip install "torch{project["torch"].specifier}" --index-url' in worker
     assert "['project']['dependencies']" in worker and "pip install --no-deps ." in worker

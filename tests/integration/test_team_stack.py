@@ -37,6 +37,7 @@ from tests.integration.client import FINAL, Api, tiny_spec
 
 COMPOSE = REPO / "docker-compose.yml"
 MLFLOW_USER, MLFLOW_PASSWORD = "admin", "stack-mlflow-secret"
+METRICS_TOKEN = "stack-metrics-token-0123456789"
 # Only what a native run needs beyond the compose file's variables: the venv's python for the Ray job's
 # entrypoint (the images have one python), the GLUE copy (mounted in the compose stack), a faster engine.
 HARNESS_ONLY = {"SMARTUNE_ENTRYPOINT_PYTHON", "SMARTUNE_GLUE_DIR", "SMARTUNE_SCHEDULER_INTERVAL_S",
@@ -183,6 +184,8 @@ def test_the_compose_api_environment_is_enough_for_a_job(
     stack: Stack, mlflow_client: Any, tmp_path: Path
 ) -> None:
     assert httpx.get(f"{stack.server.url}/readyz", timeout=10).json()["status"] == "ok"
+    scrape = httpx.get(f"{stack.server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    assert scrape.status_code == 200 and "smartune_up 1.0" in scrape.text
     api = _team(stack, "stack")
     _gpu_node_joined(api)
     spec = tiny_spec(resources={"cpus": 1, "gpus": 1}, search_space={"axes": {}})

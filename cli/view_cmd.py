@@ -1,0 +1,149 @@
+"""`smartune results | pool | queue | teams | keys`: read-only views of the server, through the SDK.
+
+`teams` and `keys TEAM` need an admin key. Each prints a table, or with `--json` the server's answer as
+one JSON document. Server and key options as in cli/client_cmd.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli import client_cmd
+from cli.client_cmd import common, emit_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("results", help="a SUCCEEDED job's sweep summary: cells, mean/std, the best trial")
+    p.add_argument("job_id")
+    common(p)
+    p.set_defaults(handler=results)
+
+    p = sub.add_parser("pool", help="the pool's capacity, what is reserved and free, usage by team")
+    common(p)
+    p.set_defaults(handler=pool)
+
+    p = sub.add_parser("queue", help="the queue in the scheduler's order, each job's reason for waiting")
+    common(p)
+    p.set_defaults(handler=queue)
+
+    p = sub.add_parser("teams", help="the teams and their quotas (admin key)")
+    common(p)
+    p.set_defaults(handler=teams)
+
+    p = sub.add_parser("keys", help="a team's API keys: ids, names, dates, never the keys (admin key)")
+    p.add_argument("team")
+    common(p)
+    p.set_defaults(handler=keys)
+
+
+def _num(value: float | None, missing: str = "-") -> str:
+    return missing if value is None else f"{value:g}"
+
+
+def _params(params: Any) -> str:
+    if isinstance(params, dict):
+        return ",".join(f"{k}={v}" for k, v in params.items()) or "-"
+    return str(params)
+
+
+def results(args: argparse.Namespace) -> int:
+    with client_cmd.connect(args) as client:
+        summary = client.results(args.job_id)
+    if args.json:
+        emit_json(summary)
+        return 0
+    states = ", ".join(f"{s} {n}" for s, n in sorted((summary.get("trials_by_state") or {}).items()))
+    print(
+        f"{summary.get('job_id', args.job_id)}: {summary.get('main_metric', 'score')}; trials {states or '-'}"
+    )
+    best = summary.get("best")
+    if best:
+        print(
+            f"best {best.get('value', 0):.4f}  {_params(best.get('params'))}  (trial {best.get('trial_id') or '-'}, run {best.get('run_id') or '-'})"
+        )
+    print(f"{'N':>3}  {'MEAN':>8}  {'STD':>8}  CELL")
+    for cell in summary.get("cells") or []:
+        mean, std = cell.get("mean"), cell.get("std")
+        mean_s = "-" if mean is None else f"{mean:.4f}"
+        std_s = "-" if std is None else f"{std:.4f}"
+        print(f"{cell.get('n', 0):>3}  {mean_s:>8}  {std_s:>8}  {_params(cell.get('params'))}")
+    for error in summary.get("errors") or []:
+        print(f"error: trial {error.get('trial_id')} ({error.get('error_class')}): {error.get('error')}")
+    return 0
+
+
+def pool(args: argparse.Namespace) -> int:
+    with client_cmd.connect(args) as client:
+        view = client.pool()
+    if args.json:
+        emit_json(view)
+        return 0
+    for name in ("capacity", "reserved", "free"):
+        res = view.get(name)
+        print(
+            f"{name:<9} "
+            + (f"cpus {res['cpus']:g}  gpus {res['gpus']:g}" if res else "unknown (Ray unreachable)")
+        )
+    print(f"{'TEAM':<16} {'GPUS':>10} {'CPUS':>10} {'JOBS':>6} {'QUEUED':>6} {'WEIGHT':>6} {'SHARE':>6}")
+    for t in view["teams"]:
+        gpus = f"{t['gpus_in_use']:g}/{_num(t['gpu_quota'], '*')}"
+        cpus = f"{t['cpus_in_use']:g}/{_num(t['cpu_quota'], '*')}"
+        jobs = f"{t['jobs_running']}/{t['max_concurrent_jobs']}"
+        print(
+            f"{t['team']:<16} {gpus:>10} {cpus:>10} {jobs:>6} {t['jobs_queued']:>6} {t['weight']:>6g} {t['share']:>6.2f}"
+        )
+    if others := view.get("others"):
+        print(
+            f"other teams: {others['teams']} ({others['gpus_in_use']:g} GPUs in use, "
+            f"{others['jobs_running']} jobs running, {others['jobs_queued']} queued)"
+        )
+    return 0
+
+
+def queue(args: argparse.Namespace) -> int:
+    with client_cmd.connect(args) as client:
+        entries = client.queue()
+    if args.json:
+        emit_json(entries)
+        return 0
+    print(f"{'POS':>3}  {'JOB':<18} {'TEAM':<12} {'PRIO':>4} {'CPUS':>5} {'GPUS':>5}  {'QUEUED':<19}  REASON")
+    for e in entries:
+        queued = e["queued_at"][:19].replace("T", " ")
+        print(
+            f"{e['position']:>3}  {e['job_id'] or '(other team)':<18} {e['team'] or '-':<12} {e['priority']:>4} "
+            f"{e['cpus']:>5g} {e['gpus']:>5g}  {queued:<19}  {e['reason'] or ''}"
+        )
+    return 0
+
+
+def teams(args: argparse.Namespace) -> int:
+    with client_cmd.connect(args) as client:
+        rows = client.teams()
+    if args.json:
+        emit_json(rows)
+        return 0
+    for t in rows:
+        roots = ",".join(t["data_roots"] or []) or "-"
+        print(
+            f"{t['name']}\tgpus={_num(t['gpu_quota'], 'default')}\tcpus={_num(t['cpu_quota'], 'default')}"
+            f"\tjobs={t['max_concurrent_jobs'] or 'default'}\tweight={t['weight']:g}"
+            f"\tpriority={t['default_priority']}\tmax_priority={t['max_priority']}\troots={roots}"
+        )
+    return 0
+
+
+def keys(args: argparse.Namespace) -> int:
+    with client_cmd.connect(args) as client:
+        rows = client.team_keys(args.team)
+    if args.json:
+        emit_json(rows)
+        return 0
+    print(f"{'KEY ID':<12}  {'ADMIN':<5}  {'CREATED':<19}  {'REVOKED':<19}  NAME")
+    for k in rows:
+        created = k["created_at"][:19].replace("T", " ")
+        revoked = (k["revoked_at"] or "-")[:19].replace("T", " ")
+        print(
+            f"{k['key_id']:<12}  {'yes' if k['is_admin'] else 'no':<5}  {created:<19}  {revoked:<19}  {k['name'] or ''}"
+        )
+    return 0

@@ -1,0 +1,20 @@
+"""The Python SDK of a smartune server: submit sweeps, follow them, read their trials and results.
+
+    import smartune
+
+    with smartune.Client() as client:  # $SMARTUNE_URL and $SMARTUNE_API_KEY
+        job_id = client.submit("examples/quick.yaml")
+        job = client.wait(job_id, progress=lambda j: print(j["state"]))
+        frame = client.trials_frame(job_id)  # pandas: one row per trial
+
+Importing it loads the standard library only: httpx when a Client is made, PyYAML when a spec file is
+read, pandas for `trials_frame`. `python -m smartune` runs the `smartune` command line.
+"""
+
+from __future__ import annotations
+
+from smartune.client import FINAL_STATES, Client
+from smartune.errors import SmartuneError
+from smartune.specs import read_spec
+
+__all__ = ["FINAL_STATES", "Client", "SmartuneError", "read_spec"]

@@ -1,0 +1,198 @@
+"""`smartune.Client`: the REST API of a running `smartune serve`, as Python calls returning its JSON."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from smartune._http import Http
+from smartune.config import key_from_env, server_url
+from smartune.errors import SmartuneError
+from smartune.specs import read_spec
+
+if TYPE_CHECKING:
+    import httpx
+    import pandas
+
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+PAGE = 500  # the API's largest page of jobs
+
+Spec = Mapping[str, Any] | str | os.PathLike[str]
+Progress = Callable[[dict[str, Any]], object]
+
+
+def _seg(value: str) -> str:
+    """A path segment: a job id or team name cannot reach another route."""
+    return quote(str(value), safe="")
+
+
+def _states(state: str | Iterable[str] | None) -> list[str]:
+    if state is None:
+        return []
+    return [s.upper() for s in ([state] if isinstance(state, str) else state)]
+
+
+class Client:
+    """A client of one smartune server. `url` defaults to $SMARTUNE_URL (else http://127.0.0.1:8000),
+    `key` to $SMARTUNE_API_KEY (else the file $SMARTUNE_API_KEY_FILE names). Each call returns the API's
+    JSON; a refusal raises SmartuneError (429 and 503 are first tried again after their Retry-After, up
+    to `retries` times). Use it as a context manager, or call close().
+
+    `transport` (an httpx transport) or `http` (a ready httpx client, such as FastAPI's TestClient, used
+    as it is and not closed; `key`, when given, is sent with each request) let tests reach an app
+    without a network."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        if key is None and http is None:
+            key = key_from_env()
+            if key is None:
+                raise SmartuneError(
+                    None, "no API key: pass key=, or set SMARTUNE_API_KEY (or SMARTUNE_API_KEY_FILE)"
+                )
+        self.url = server_url(url) if http is None else str(http.base_url).rstrip("/")
+        self._http = Http(self.url, key, timeout=timeout, retries=retries, transport=transport, http=http)
+
+    def __repr__(self) -> str:
+        return f"smartune.Client({self.url!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._http.request("GET", path, params=clean or None).json()
+
+    # --- jobs -------------------------------------------------------------------------------------------
+
+    def submit_job(self, spec: Spec, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit a job spec (a mapping, or the path of a YAML/JSON file) and return the server's answer:
+        the job, `replayed` (the Idempotency-Key matched an earlier submission) and `identical_jobs`."""
+        document = spec if isinstance(spec, Mapping) else read_spec(spec)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        answer: dict[str, Any] = self._http.request("POST", "/jobs", json=document, headers=headers).json()
+        return answer
+
+    def submit(self, spec: Spec, idempotency_key: str | None = None) -> str:
+        """Submit a job spec (a mapping, or the path of a YAML/JSON file); return the job's id. With an
+        `idempotency_key`, submitting again returns the same job."""
+        return str(self.submit_job(spec, idempotency_key)["id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """A job in detail: state, progress, trials (params, best score, metrics, MLflow run), attempts,
+        transitions, the spec."""
+        job: dict[str, Any] = self._get(f"/jobs/{_seg(job_id)}")
+        return job
+
+    def jobs_page(
+        self, state: str | Iterable[str] | None = None, *, limit: int = 50, offset: int = 0
+    ) -> dict[str, Any]:
+        """One page of the team's jobs, newest first: `{"data": [...], "count": <all matching>}`."""
+        page: dict[str, Any] = self._get("/jobs", state=_states(state) or None, limit=limit, offset=offset)
+        return page
+
+    def jobs(
+        self, state: str | Iterable[str] | None = None, *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The team's jobs (every team's for an admin key), newest first, optionally only those in
+        `state` (one or several); all of them, or the first `limit`."""
+        out: list[dict[str, Any]] = []
+        while limit is None or len(out) < limit:
+            size = PAGE if limit is None else min(PAGE, limit - len(out))
+            page = self.jobs_page(state, limit=size, offset=len(out))
+            out.extend(page["data"])
+            if not page["data"] or len(out) >= page["count"]:
+                break
+        return out
+
+    def wait(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        poll_s: float = 2.0,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Poll the job every `poll_s` seconds until it is SUCCEEDED, FAILED or CANCELLED, and return it
+        (a failed job is returned, not raised: look at its `state` and `message`). `progress` is called
+        with the job at each poll. TimeoutError after `timeout` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if progress is not None:
+                progress(job)
+            if job["state"] in FINAL_STATES:
+                return job
+            pause = poll_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job['state']} after {timeout:g} s")
+                pause = min(poll_s, left)
+            time.sleep(pause)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job (a running one is stopped, its MLflow runs KILLED); return it."""
+        job: dict[str, Any] = self._http.request("POST", f"/jobs/{_seg(job_id)}/cancel").json()
+        return job
+
+    def logs(self, job_id: str, attempt: int | None = None, tail: int | None = None) -> str:
+        """The sweep driver's output (the latest attempt's unless `attempt`; the last `tail` lines)."""
+        params = {k: v for k, v in {"attempt": attempt, "tail": tail}.items() if v is not None}
+        return self._http.request("GET", f"/jobs/{_seg(job_id)}/logs", params=params or None).text
+
+    def results(self, job_id: str) -> dict[str, Any]:
+        """The sweep summary of a SUCCEEDED job: cells (mean and std over seeds), the best trial."""
+        summary: dict[str, Any] = self._get(f"/jobs/{_seg(job_id)}/results")
+        return summary
+
+    def trials_frame(self, job_id: str) -> pandas.DataFrame:
+        """The job's trials as a pandas DataFrame: one row per trial (index `trial_id`), its swept
+        parameters as columns, then state, attempt, best_score, last_epoch, error_class, mlflow_run_id and
+        the latest value of each metric (`metrics.<name>`). Needs pandas."""
+        from smartune.frames import trials_frame
+
+        return trials_frame(self.job(job_id)["trials"])
+
+    # --- the pool, teams, keys ------------------------------------------------------------------------
+
+    def pool(self) -> dict[str, Any]:
+        """The pool's capacity, what is reserved and free, and the teams' usage."""
+        pool: dict[str, Any] = self._get("/pool")
+        return pool
+
+    def queue(self) -> list[dict[str, Any]]:
+        """The queue in the scheduler's order, with each job's reason for waiting."""
+        return list(self._get("/pool/queue")["data"])
+
+    def whoami(self) -> dict[str, Any]:
+        """The calling key: `key_id`, `team`, `is_admin`."""
+        me: dict[str, Any] = self._get("/keys/me")
+        return me
+
+    def teams(self) -> list[dict[str, Any]]:
+        """The teams with their quotas (an admin key)."""
+        return list(self._get("/teams")["data"])
+
+    def team_keys(self, team: str) -> list[dict[str, Any]]:
+        """A team's API keys: ids, names, dates; never the keys (an admin key)."""
+        return list(self._get(f"/teams/{_seg(team)}/keys")["data"])

@@ -1,0 +1,46 @@
+"""Reading a job spec file (YAML or JSON) into the document the server validates; the CLI reads specs
+with this too. YAML is read as YAML 1.2 reads numbers: `1e-4` is a number (PyYAML's YAML 1.1 makes it a
+string, which the server, validating types strictly, refuses where a number goes). The document is sent
+as it is: the server validates it and names the field at fault (client-side validation would need the
+worker's contract, that is pydantic and the method vocabulary, which this SDK does not depend on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+@cache
+def yaml_loader() -> Any:
+    """PyYAML's safe loader, reading `1e-4` as the float YAML 1.2 says it is."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
+    return Loader
+
+
+def read_spec(path: str | os.PathLike[str]) -> Any:
+    """The document in a `.json` file (JSON) or any other (YAML); a ValueError names the file if it does
+    not parse, a FileNotFoundError if it is not there."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON: {err}") from None
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=yaml_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {err}") from None
