@@ -325,7 +325,22 @@ class JobSpec(_Strict):
 
     @cached_property
     def _canonical(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self._resolved_document(), sort_keys=True, separators=(",", ":"))
+
+    def _resolved_document(self) -> dict[str, Any]:
+        """The spec as JSON data with its preset's training defaults written out: parsed again, it means
+        the same trials. A plain dump carries every training default as if set here, and those would then
+        hide the preset's (the paper grid's 6 epochs of Adam would become 3 of AdamW at the driver). The
+        preset's method fields need nothing: `method_params` holds only what the spec set, so a new parse
+        applies the preset to the rest again."""
+        document = self.model_dump(mode="json")
+        values = self.base_values()
+        preset = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
+        for name in preset.keys() & set(document["training"]):
+            document["training"][name] = values[name]
+        if "method" in preset:
+            document["method"] = values["method"]
+        return document
 
     def spec_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
