@@ -200,7 +200,7 @@ def test_an_axis_value_of_the_wrong_type_is_a_422_naming_the_axis(
 
 @EXAMPLES
 @given(
-    axis=st.sampled_from(["num_threads", "pad_to", "bf16", "cpus", "data", "model", "resources"]),
+    axis=st.sampled_from(["num_threads", "pad_to", "compile", "cpus", "data", "model", "resources"]),
     values=st.lists(st.integers(1, 512), min_size=1, max_size=3),
 )
 def test_what_a_tenant_may_not_sweep_is_a_422_naming_the_axes(

@@ -6,7 +6,12 @@ job's runs by `JOB` and reads each trial's state, attempt, cell and error class 
   `summary.json` as artifacts.
 - child: tags PARENT, JOB, TRIAL, ATTEMPT, STATE, ERROR_CLASS when failed, CELL (JSON of the cell's swept
   values); params = the resolved trial config (flat field names, as in the spec's axes); metrics per epoch
-  with step = epoch; the best epoch's checkpoint under the artifact folder BEST_CHECKPOINT.
+  with step = epoch; the best epoch's checkpoint under the artifact folder BEST_CHECKPOINT; once the trial
+  has trained to its end, that checkpoint as an MLflow model of the transformers flavour (MODEL_URI,
+  `models:/<model id>`; MODEL_ERROR when it could not be logged); the training data as a dataset input;
+  `system/...` metrics.
+- registry: the best trial's model is a version of the registered model `smartune-<job id>` with the
+  alias `best`; the parent run names it (REGISTERED_MODEL, REGISTERED_VERSION, or REGISTRY_ERROR).
 """
 
 from __future__ import annotations
@@ -37,3 +42,8 @@ BEST_CHECKPOINT_URI = "smartune.best_checkpoint"
 BEST_EPOCH = "smartune.best_epoch"
 BEST_CHECKPOINT = "best_checkpoint"  # the artifact folder of a child run: the best epoch's HF checkpoint
 PROVENANCE_PREFIX = "smartune.prov."
+MODEL_URI = "smartune.model_uri"  # child: `models:/<id>`, the best checkpoint as a transformers-flavour model
+MODEL_ERROR = "smartune.model_error"  # child: why that model could not be logged (the trial still counts)
+REGISTERED_MODEL = "smartune.registered_model"  # parent: the registered model holding the best trial's model
+REGISTERED_VERSION = "smartune.registered_version"  # parent: its version that the alias `best` names
+REGISTRY_ERROR = "smartune.registry_error"  # parent: why the best trial's model could not be registered

@@ -19,6 +19,8 @@ from smart_core.config import MethodConfig, method_config
 
 OptimizerName = Literal["adam", "adamw", "radam"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
+PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,20 @@ class TrainConfig:
         None, sweep=False, help='custom table columns as JSON, e.g. {"sentence1": "premise"}'
     )
     device: str = knob("auto", sweep=False, help="auto | cpu | cuda | cuda:N")
-    bf16: bool | None = knob(None, sweep=False, help="bf16 autocast (default: on CUDA only)")
+    precision: PrecisionName = knob(
+        "auto", spec=True, help="fp32 | bf16 | fp16 autocast (fp16 with a gradient scaler); auto: bf16 on a "
+        "GPU that supports it, else fp32. SMART's perturbation and divergences stay fp32 either way"
+    )  # fmt: skip
+    grad_accum_steps: int = knob(
+        1, ge=1, le=1024, spec=True, help="forward/backward passes per update: each batch of batch_size "
+        "examples is split into this many micro-batches (the same update in less memory)"
+    )  # fmt: skip
+    compile: bool = knob(
+        False,
+        spec=True,
+        sweep=False,
+        help="torch.compile the encoder (slower first steps, faster later ones)",
+    )
     deterministic: bool = knob(True, spec=True, help="torch deterministic algorithms (warn-only)")
     num_threads: int | None = knob(
         None, ge=1, le=512, sweep=False, flags=("--threads",), help="torch CPU threads"
@@ -117,6 +132,11 @@ class TrainConfig:
             problem = KNOBS[f.name].violation(getattr(self, f.name))
             if problem:
                 raise ValueError(f"invalid value for {f.name}: {getattr(self, f.name)!r} {problem}")
+        if self.grad_accum_steps > self.batch_size:
+            raise ValueError(
+                f"invalid value for grad_accum_steps: {self.grad_accum_steps} micro-batches of a batch of "
+                f"{self.batch_size} examples (at most batch_size)"
+            )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"invalid value for optimizer: {self.optimizer!r} ({', '.join(OPTIMIZERS)})")
         self.method_config()  # validates the method name and its overrides now, not mid-run

@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.contract.trial import TrainConfig
 from worker.training.loop import StepCallback, evaluate, train_epoch
-from worker.training.models import describe_model, model_digest
+from worker.training.models import describe_model, model_digest, set_label_names
 from worker.training.provenance import environment
 from worker.training.session import TrainingSession
 
@@ -30,8 +30,10 @@ class RunCallbacks:
 
 
 def save_checkpoint(session: TrainingSession, directory: Path) -> Path:
-    """The model as a Hugging Face folder: model.safetensors, config.json and the tokenizer."""
+    """The model as a Hugging Face folder: model.safetensors, config.json (with the task's label names as
+    id2label/label2id) and the tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
+    set_label_names(session.model.config, session.task.labels)
     session.model.save_pretrained(directory)
     session.tokenizer.save_pretrained(directory)
     return directory
@@ -99,6 +101,7 @@ def run_training(
         "config": config.to_dict(),
         "provenance": {
             **environment(session.device, config.deterministic),
+            "precision": session.precision,
             "model_source": describe_model(config.model),
             "initial_model_sha256": initial_digest,
         },

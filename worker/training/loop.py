@@ -27,9 +27,21 @@ class NumericsError(FloatingPointError):
 
 
 def _autocast(session: TrainingSession) -> contextlib.AbstractContextManager[None]:
-    if session.bf16 and session.device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)  # perturbation and divergences stay fp32
+    if session.autocast_dtype is not None:  # perturbation and divergences stay fp32 (smart_core.precision)
+        return torch.autocast(session.device.type, dtype=session.autocast_dtype)
     return contextlib.nullcontext()
+
+
+def micro_batches(indices: list[int], parts: int) -> list[list[int]]:
+    """`indices` split into at most `parts` consecutive, nearly equal, non-empty chunks."""
+    size, extra = divmod(len(indices), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        if end > start:
+            chunks.append(indices[start:end])
+        start = end
+    return chunks
 
 
 def _to_device(batch: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
@@ -48,29 +60,48 @@ def model_fns(session: TrainingSession, batch: Mapping[str, Tensor]) -> ModelFns
 def train_step(session: TrainingSession, indices: list[int]) -> dict[str, Tensor]:
     """One optimiser update on the batch `indices`; returns the step's detached components.
 
+    With `grad_accum_steps` > 1 the batch runs as that many micro-batches, each loss weighted by its share
+    of the examples, so the update is the whole batch's mean (every objective term is a mean over examples).
     A step whose loss or total gradient norm is not finite changes no weight: the optimiser step is
-    skipped and counted (`skipped_step`), and `max_skipped_steps` of them in a row raise NumericsError.
-    The finiteness check is the step's one wait for the device.
+    skipped and counted (`skipped_step`), and `max_skipped_steps` of them in a row raise NumericsError;
+    under fp16 an overflowing gradient with a finite loss is the scaler's business (it lowers its scale)
+    and does not count towards that limit. The finiteness check is the step's one wait for the device.
     """
-    batch = _to_device(collate(session.train, indices, session.pad_id, session.config.pad_to), session.device)
-    labels = batch.pop("labels")
-    with _autocast(session):
-        loss, parts = session.objective(model_fns(session, batch), labels)
-    loss.backward()
+    scaler = session.scaler
+    total = len(indices)
+    loss: torch.Tensor | None = None
+    parts: dict[str, Tensor] = {}
+    for chunk in micro_batches(indices, session.config.grad_accum_steps):
+        batch = _to_device(
+            collate(session.train, chunk, session.pad_id, session.config.pad_to), session.device
+        )
+        labels = batch.pop("labels")
+        with _autocast(session):
+            chunk_loss, chunk_parts = session.objective(model_fns(session, batch), labels)
+        weight = len(chunk) / total
+        scaler.scale(chunk_loss * weight).backward()
+        loss = chunk_loss.detach() * weight if loss is None else loss + chunk_loss.detach() * weight
+        for key, value in chunk_parts.items():
+            parts[key] = parts[key] + value.detach() * weight if key in parts else value.detach() * weight
+    assert loss is not None  # a batch has at least one example
+    scaler.unscale_(session.optimizer)  # clipping sees true gradients; a no-op unless fp16
     norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.config.max_grad_norm)
-    finite = bool(torch.isfinite(norm) & torch.isfinite(loss.detach()))
+    loss_finite = bool(torch.isfinite(loss))
+    finite = loss_finite and bool(torch.isfinite(norm))
     if finite:
-        session.optimizer.step()
+        scaler.step(session.optimizer)
         session.consecutive_skips = 0
     else:
         session.skipped_steps += 1
-        session.consecutive_skips += 1
+        scaler_overflow = scaler.is_enabled() and loss_finite
+        session.consecutive_skips += 0 if scaler_overflow else 1
         if session.consecutive_skips >= min(session.config.max_skipped_steps, session.steps_per_epoch):
             raise NumericsError(
                 f"{session.consecutive_skips} steps in a row had a non-finite loss or gradient (last: loss "
                 f"{loss.item()}, gradient norm {norm.item()}) at step {session.position.global_step}; no "
                 "weight was changed by them. Lower the learning rate or check the data"
             )
+    scaler.update()  # fp16: a lower scale after an overflow, a higher one after enough clean steps
     session.scheduler.step()  # the schedule follows the step count, taken or skipped
     session.optimizer.zero_grad(set_to_none=True)
     session.objective.after_update()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -194,6 +194,20 @@ def _task_overrides(num_labels: int, is_regression: bool, head_dropout: float) -
         "problem_type": "single_label_classification",
         "classifier_dropout": head_dropout,
     }
+
+
+REGRESSION_LABEL = "score"  # the one output of a regression head (STS-B), as a pipeline names it
+
+
+def set_label_names(config: PreTrainedConfig, labels: Sequence[str] | None) -> None:
+    """Names the head's outputs on the model config (``id2label``/``label2id``): the task's label values in
+    id order (``entailment``/``not_entailment`` for RTE), or ``score`` for a regression head. A checkpoint
+    saved afterwards carries them, so a text-classification pipeline over it answers with label names."""
+    names = [str(label) for label in labels] if labels is not None else [REGRESSION_LABEL]
+    if len(names) != config.num_labels:
+        raise ValueError(f"{len(names)} label names for a head of {config.num_labels} outputs: {names}")
+    config.id2label = dict(enumerate(names))
+    config.label2id = {name: i for i, name in enumerate(names)}
 
 
 def _build_tiny_random(overrides: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:

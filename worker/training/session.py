@@ -35,6 +35,33 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+class PrecisionUnsupported(ValueError):
+    """The trial asks for a precision its device cannot run (bf16 on a GPU older than Ampere)."""
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of `precision` on `device`, or None for fp32. torch's CPU autocast runs both bf16
+    and fp16; a CUDA device needs compute capability 8.0 for bf16."""
+    bf16_ok = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" and bf16_ok else None
+    if name == "bf16" and not bf16_ok:
+        raise PrecisionUnsupported(
+            f"precision bf16: {torch.cuda.get_device_name(device)} does not support bf16 (compute capability 8.0 "
+            "or newer); use fp16 or fp32"
+        )
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def compile_encoder(model: torch.nn.Module) -> None:
+    """`torch.compile` the encoder in place (its state dict keeps its keys): the embedding layer, where
+    SMART's adapter hooks in, stays eager. Shapes vary with length-grouped batches: dynamic."""
+    encoder = getattr(getattr(model, "base_model", model), "encoder", None)
+    if not isinstance(encoder, torch.nn.Module):
+        raise ValueError(f"compile: {type(model).__name__} has no `encoder` module to compile")
+    encoder.compile(dynamic=True)
+
+
 def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -133,7 +160,10 @@ class TrainingSession:
         self.epoch_counts: dict[str, int] = {}
         self.skipped_steps = 0  # optimiser steps skipped for a non-finite gradient or loss, in all
         self.consecutive_skips = 0  # ... in a row, up to now: the trial stops at config.max_skipped_steps
-        self.bf16 = config.bf16 if config.bf16 is not None else device.type == "cuda"
+        self.autocast_dtype = resolve_precision(config.precision, device)  # None: fp32
+        self.precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.autocast_dtype]
+        # fp16 needs its loss scaled so small gradients survive; disabled, the scaler passes everything through.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.autocast_dtype == torch.float16)
 
     @classmethod
     def build(cls, config: TrainConfig) -> TrainingSession:
@@ -159,6 +189,8 @@ class TrainingSession:
         )
         device = resolve_device(config.device)
         model.to(device)
+        if config.compile:
+            compile_encoder(model)
         train = encode(train_examples, tokenizer, config.max_seq_length, task.is_regression)
         evals = {
             split: encode(ex, tokenizer, config.max_seq_length, task.is_regression)
@@ -190,6 +222,7 @@ class TrainingSession:
             "epoch_counts": dict(self.epoch_counts),
             "skipped_steps": self.skipped_steps,
             "consecutive_skips": self.consecutive_skips,
+            "scaler": self.scaler.state_dict(),  # fp16's loss scale (plain floats and ints); {} otherwise
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -211,6 +244,8 @@ class TrainingSession:
         self.epoch_counts = dict(state.get("epoch_counts", dict.fromkeys(self.epoch_sums, done)))
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.consecutive_skips = int(state.get("consecutive_skips", 0))
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.objective.steps = self.position.global_step  # one objective step per optimiser step
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])

@@ -5,7 +5,10 @@ and logs the result on the parent run and as the last line of its stdout. A tria
 epoch's main metric (the paper's model selection on dev). Cell statistics use the trials that reported
 at least one epoch (TERMINATED, and STOPPED ones with the value they had reached); failed trials are
 listed in their cell but not averaged. `std` is the sample standard deviation (n - 1), null for n < 2.
-`errors` lists each failed trial's error class and one-line reason, as on its MLflow run.
+`errors` lists each failed trial's error class and one-line reason, as on its MLflow run. The driver adds
+`registered_model` once the best trial's model is in the MLflow registry (worker.tune.registry): `name`
+(`smartune-<job id>`), `alias` (`best`), `version`, `uri` (`models:/<name>@best`), `model_uri`, `run_id` and
+`trial_id`; or `version` null and `error` saying why nothing was registered.
 """
 
 from __future__ import annotations

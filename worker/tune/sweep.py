@@ -4,7 +4,9 @@
 `SMARTUNE_JOB_SPEC`, or `--spec-json JSON`, or `--spec FILE` in YAML or JSON); `smartune sweep` calls
 `run_sweep` for a local run. The Tune experiment is named after the job id under the storage path, so
 attempt N+1 restores attempt N's experiment (unfinished and errored trials resume from their last
-checkpoints) instead of starting over. Exit codes: 0 when the sweep ran and at least one trial completed
+checkpoints) instead of starting over. At the end the best trial's model is registered in the MLflow model
+registry as `smartune-<job id>` with the alias `best` (worker.tune.registry; the summary's
+`registered_model` says which version, or why not). Exit codes: 0 when the sweep ran and at least one trial completed
 (the summary JSON is the last line of stdout), 3 when it ran but no trial completed (the summary still
 comes last; the reason is on stderr), 2 for an invalid spec (before Ray starts), 1 when the sweep could
 not run, 130 when interrupted (rerun the same job id to resume).
@@ -30,7 +32,7 @@ from worker.contract.outcome import completed_trials, no_result_reason
 from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
-from worker.contract.tags import ERROR_MESSAGE
+from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
 from worker.training.files import confinement_environment
@@ -40,8 +42,10 @@ from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
 from worker.tune.outcomes import collect_outcomes, main_metric_of
 from worker.tune.progress import LiveTable
+from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
 from worker.tune.summary import build_summary, summary_metrics
+from worker.tune.telemetry import system_metrics_interval
 from worker.tune.tracking import (
     SpecMismatchError,
     TrackingTarget,
@@ -50,6 +54,7 @@ from worker.tune.tracking import (
     ensure_experiment,
     log_metrics,
     open_parent,
+    set_tags,
 )
 from worker.tune.trainable import TrialContext, train_trial
 from worker.tune.tuning import (
@@ -175,7 +180,8 @@ def run_sweep(
     stale = close_stale_children(client, target, resuming)
     logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
                 f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
-    context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()))
+    context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()),
+                           system_metrics_interval=system_metrics_interval())  # fmt: skip
     resolver = TrialResolver(axes)
     trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
     space = param_space(spec, trials)
@@ -207,6 +213,11 @@ def run_sweep(
     outcomes = collect_outcomes(results, client, target, parent_id, resolver)
     summary = build_summary(job_id=job_id, tracking_uri=settings.tracking_uri, parent_run_id=parent_id,
                             main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
+    registered = register_best(client, job_id, summary["best"], summary["main_metric"])  # never raises
+    summary["registered_model"] = registered
+    set_tags(client, parent_id, registry_tags(registered))
+    if registered["version"] is not None:  # an earlier attempt's registry failure no longer holds
+        clear_tags(client, client.get_run(parent_id), [REGISTRY_ERROR])
     log_metrics(client, parent_id, summary_metrics(summary), step=attempt)
     client.log_dict(parent_id, summary, "summary.json")
     if not completed_trials(summary):  # the sweep ran but produced nothing: say why on the parent run

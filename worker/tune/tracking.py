@@ -2,14 +2,17 @@
 
 The run layout and tag names are the contract with the control plane (worker.contract.tags). Runs are
 looked up by tags rather than remembered in memory, so a retried trial, or a later attempt of
-the job on a new Ray head, continues the same runs. Only the MLflow client is used (no fluent state).
+the job on a new Ray head, continues the same runs. Only the MLflow client is used (no fluent state), except
+inside `tracking_store`, for the few MLflow calls that read only the process-wide tracking URI.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -60,6 +63,24 @@ def retrying(call: Callable[[], T], tries: int = 6) -> T:
                 raise
             time.sleep(0.2 * 2**attempt)
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def tracking_store(uri: str) -> Iterator[None]:
+    """MLflow's process-wide tracking URI set to `uri` for the block, then put back, the environment variable
+    `MLFLOW_TRACKING_URI` (which MLflow sets and unsets along with it) included: some MLflow calls (logging a
+    model, the SQL registry's `models:/` lookups) read only that URI, never a client's."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: str | None) -> str:

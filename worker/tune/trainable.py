@@ -6,6 +6,9 @@ the model as the run's `best_checkpoint` artifact when the epoch is the best so 
 with a checkpoint of the whole `TrainingSession` state (weights, optimiser, scheduler, momentum teacher,
 position, RNG states, running sums) plus the epoch history. A retried or resumed trial restores that
 state, continues its own MLflow run, and ends exactly where an uninterrupted run ends (on CPU).
+The run also gets its training data as a dataset input and the node's system metrics while it trains
+(worker.tune.telemetry), and, once the last epoch is done, the best checkpoint as a transformers-flavour
+MLflow model (worker.tune.registry).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from worker.contract.tags import (
     ERROR_ATTEMPT,
     ERROR_CLASS,
     ERROR_MESSAGE,
+    MODEL_ERROR,
+    MODEL_URI,
     PROVENANCE_PREFIX,
     RESTORE_NOTE,
     RESUMED_FROM_EPOCH,
@@ -50,6 +55,8 @@ from worker.training.provenance import environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
 from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state, writing
+from worker.tune.registry import log_best_model
+from worker.tune.telemetry import DEFAULT_INTERVAL, log_training_data, system_metrics
 from worker.tune.tracking import (
     TrackingTarget,
     clear_tags,
@@ -62,6 +69,7 @@ from worker.tune.tracking import (
 from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class TrialContext:
     experiment_path: str | None = None  # the sweep's Tune storage folder: where a trial finds its checkpoints
     # The driver's data confinement (`SMARTUNE_DATA_ROOTS`, ...), set in the trial's process before it reads.
     environment: tuple[tuple[str, str], ...] = ()
+    system_metrics_interval: float = DEFAULT_INTERVAL  # seconds between system-metric points; 0: none
 
 
 def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
@@ -161,16 +170,19 @@ def run_trial(
     restored: RestorePoint,
     report: Reporter = tune_reporter,
 ) -> None:
-    """Trains one trial to its last epoch: MLflow metrics and best checkpoint per epoch, and `report`
-    with the full session state (what a retry restores). Outside Tune, `report` stores it elsewhere."""
+    """Trains one trial to its last epoch: its training data as a dataset input, MLflow metrics and best
+    checkpoint per epoch, `report` with the full session state (what a retry restores; outside Tune,
+    `report` stores it elsewhere), and at the end the best checkpoint as a transformers-flavour model."""
     run_id = run.info.run_id
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the job log
     session = TrainingSession.build(config)
     set_tags(client, run_id, _provenance_tags(session, config, model_digest(session.model)))
+    log_training_data(client, run_id, config, session.task)
     history: list[dict[str, Any]] = []
     if restored.state is not None:
         session.load_state_dict(restored.state["session"])
         history = list(restored.state["history"])
+    epochs_before = len(history)
     main = session.task.main_metric
     best = max((r["metrics"][main] for r in history), default=float("nan"))
     if restored.substituted and history:
@@ -197,6 +209,22 @@ def run_trial(
         "mean_examples_per_s": float(result["examples_per_s"]),
     }
     log_metrics(client, run_id, final, step=len(result["epochs"]))
+    # Once per trial, at its end: the best checkpoint as an MLflow model. A restart that trained nothing
+    # more (its last epoch was already done) logs it only if the earlier start did not get that far.
+    if len(result["epochs"]) > epochs_before or MODEL_URI not in client.get_run(run_id).data.tags:
+        _log_model(client, run_id)
+
+
+def _log_model(client: MlflowClient, run_id: str) -> None:
+    """The trial's model (worker.tune.registry.log_best_model); a failure is recorded on the run
+    (`smartune.model_error`) but does not fail the trial, whose result and checkpoint are already logged."""
+    try:
+        log_best_model(client, run_id)
+    except Exception as err:
+        logger.warning(
+            "could not log the best checkpoint of run %s as an MLflow model", run_id, exc_info=True
+        )
+        set_tags(client, run_id, {MODEL_ERROR: f"{type(err).__name__}: {err}"[:4000]})
 
 
 def open_run(context: TrialContext, trial_id: str, trial: ResolvedTrial) -> tuple[MlflowClient, Run]:
@@ -253,13 +281,14 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
         client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
     )
     _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
-    try:
-        run_trial(trial.config, client, run, restored)
-    except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
-        error_class, message = diagnose(err)  # here, where the process's own state can still tell
-        set_tags(
-            client,
-            run.info.run_id,
-            {ERROR_CLASS: error_class, ERROR_MESSAGE: message, ERROR_ATTEMPT: context.attempt},
-        )
-        raise
+    with system_metrics(run.info.run_id, context.target.tracking_uri, context.system_metrics_interval):
+        try:
+            run_trial(trial.config, client, run, restored)
+        except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
+            error_class, message = diagnose(err)  # here, where the process's own state can still tell
+            set_tags(
+                client,
+                run.info.run_id,
+                {ERROR_CLASS: error_class, ERROR_MESSAGE: message, ERROR_ATTEMPT: context.attempt},
+            )
+            raise

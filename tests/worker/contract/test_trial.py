@@ -33,7 +33,7 @@ def test_the_spec_training_block_is_derived_from_the_declaration() -> None:
     for name, info in Training.model_fields.items():
         assert info.default == getattr(defaults, name) and info.description == KNOBS[name].help
     # Machine-level knobs are the deployment's, not a tenant's axis.
-    assert not {"num_threads", "device", "bf16", "pad_to", "data", "model"} & SWEEPABLE
+    assert not {"num_threads", "device", "compile", "pad_to", "data", "model"} & SWEEPABLE
     with pytest.raises(ValidationError, match="cannot sweep num_threads"):
         JobSpec.model_validate(
             {"task": "rte", "search_space": {"axes": {"num_threads": {"values": [1, 512]}}}}

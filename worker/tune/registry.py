@@ -1,0 +1,195 @@
+"""Models as MLflow users expect them: each trial's best checkpoint in the transformers flavour, and the
+sweep's best trial in the model registry under an alias.
+
+- **The trial's model.** Once a trial has trained to its end, its best epoch's checkpoint (the run's
+  `best_checkpoint` artifact folder, logged when that epoch ended) is logged once more as an MLflow model
+  of the transformers flavour, named `model`: the weights, the tokenizer and the config, whose
+  `id2label`/`label2id` carry the task's label names (`worker.training.models.set_label_names`), for the
+  pipeline task `text-classification`. `mlflow.transformers.load_model(uri)` then gives a
+  `TextClassificationPipeline` whose answers are label names (`entailment`/`not_entailment` for RTE).
+  Regression tasks (STS-B) use the same task, the only one MLflow's flavour has for a sequence head:
+  transformers' pipeline applies no function to a `problem_type="regression"` head, so it answers the raw
+  predicted similarity as the score of the one label `score`. The model is an MLflow 3 logged model
+  (`models:/<model id>`, linked to the run at the best epoch's step, so it carries that epoch's metrics)
+  in the run's experiment; the run's `smartune.model_uri` tag names it. It is read back from
+  `best_checkpoint` (not taken from the session, which holds the last epoch's weights), so a trial that
+  resumed after its best epoch logs the same weights.
+- **The registry.** At the end of a sweep the driver registers the best trial's model as a version of the
+  registered model `smartune-<job id>` (the job id is already registry-safe: letters, digits, `.`, `_`,
+  `-`) and points the alias `best` at it, so `models:/smartune-<job id>@best` always loads the job's best
+  model; a later attempt that finds another best moves the alias, one that finds the same reuses its
+  version. A best trial without a logged model (stopped early by ASHA or the time budget before its end)
+  gets one first, from its `best_checkpoint`. Nothing here may fail the sweep: `register_best` returns
+  the outcome, with the reason when it failed, for the summary.
+
+MLflow's flavour reads the process-wide tracking URI in places (the logged model's status, the SQL
+registry's `models:/` lookups), so those calls run inside `tracking_store`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from worker.contract.tags import (
+    BEST_CHECKPOINT,
+    BEST_EPOCH,
+    JOB,
+    MODEL_ERROR,
+    MODEL_URI,
+    REGISTERED_MODEL,
+    REGISTERED_VERSION,
+    REGISTRY_ERROR,
+    TRIAL,
+)
+from worker.tune.tracking import retrying, set_tags, tracking_store
+
+logger = logging.getLogger(__name__)
+
+MODEL_NAME = "model"  # the logged model's name: `runs:/<run id>/model` resolves to it too
+PIPELINE_TASK = "text-classification"  # classification and regression heads alike (see above)
+ALIAS = "best"
+_REQUIREMENTS = ("transformers", "torch", "tokenizers", "safetensors")  # what loading the model needs
+
+
+def registered_model_name(job_id: str) -> str:
+    """The registered model of a job: `smartune-<job id>` (one per job, whatever its attempts)."""
+    return f"smartune-{job_id}"
+
+
+def _requirements() -> list[str]:
+    """Pinned pip requirements of the flavour, given explicitly: MLflow's own inference would load the
+    model in a subprocess, and its defaults name torchvision, which this worker does not install."""
+    out = []
+    for package in _REQUIREMENTS:
+        try:
+            version = importlib.metadata.version(package).split("+")[0]  # torch 2.x+cpu: no local label
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        out.append(f"{package}=={version}")
+    return out
+
+
+def _model_card(run: Run, epoch: int, labels: Mapping[int, str]) -> Any:
+    from huggingface_hub import ModelCard
+
+    params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
+    score = metrics.get("best_score")
+    text = (
+        f"---\nlibrary_name: transformers\npipeline_tag: {PIPELINE_TASK}\ntags:\n- smartune\n---\n"
+        f"# {tags.get(JOB, '?')} / trial {tags.get(TRIAL, '?')}\n\n"
+        f"Fine-tuned by smartune on `{params.get('task', '?')}` from `{params.get('model', '?')}` with "
+        f"method `{params.get('method', '?')}`. This is epoch {epoch}, the best on the dev split"
+        + (f" (main metric {score:.4f})" if score is not None else "")
+        + f". Labels: {', '.join(labels[i] for i in sorted(labels))}.\n"
+    )
+    return ModelCard(text)
+
+
+def log_best_model(client: MlflowClient, run_id: str) -> str:
+    """Logs the run's `best_checkpoint` as a transformers-flavour model (see the module's text) and tags the
+    run with its URI, which it returns (`models:/<model id>`)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    run = retrying(lambda: client.get_run(run_id))
+    epoch = int(run.data.tags.get(BEST_EPOCH, "0"))
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = retrying(lambda: client.download_artifacts(run_id, BEST_CHECKPOINT, tmp))
+        model = AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        logged = retrying(
+            lambda: client.create_logged_model(
+                experiment_id=run.info.experiment_id,  # the run's, not the process's "active" experiment
+                name=MODEL_NAME,
+                source_run_id=run_id,
+                tags={
+                    JOB: run.data.tags.get(JOB, ""),
+                    TRIAL: run.data.tags.get(TRIAL, ""),
+                    BEST_EPOCH: str(epoch),
+                },
+                params=dict(run.data.params),
+            )
+        )
+        with tracking_store(client.tracking_uri):
+            import mlflow.transformers
+
+            mlflow.transformers.log_model(
+                transformers_model={"model": model, "tokenizer": tokenizer},
+                name=MODEL_NAME,
+                task=PIPELINE_TASK,
+                model_card=_model_card(run, epoch, model.config.id2label),  # none fetched from the hub
+                pip_requirements=_requirements(),
+                run_id=run_id,
+                model_id=logged.model_id,
+                step=epoch,  # links the best epoch's metrics to the model
+            )
+    uri = f"models:/{logged.model_id}"
+    set_tags(client, run_id, {MODEL_URI: uri})
+    if MODEL_ERROR in run.data.tags:  # an earlier start could not log it; this one did
+        retrying(lambda: client.delete_tag(run_id, MODEL_ERROR))
+    return uri
+
+
+def _version_of(client: MlflowClient, name: str, model_id: str) -> str | None:
+    """The version of `name` already registered from the logged model `model_id` (a rerun), if any."""
+    for version in client.search_model_versions(f"name = '{name}'"):
+        if version.model_id == model_id or version.source == f"models:/{model_id}":
+            return str(version.version)
+    return None
+
+
+def register_best(
+    client: MlflowClient, job_id: str, best: Mapping[str, Any] | None, main_metric: str
+) -> dict[str, Any]:
+    """Registers the best trial's model under `smartune-<job id>` with the alias `best`. Returns what the
+    summary records: name, alias and version (None when nothing was registered, with `error` saying why);
+    never raises."""
+    name = registered_model_name(job_id)
+    record: dict[str, Any] = {"name": name, "alias": ALIAS, "version": None}
+    if best is None or not best.get("run_id"):
+        return record | {"error": "no trial completed: nothing to register"}
+    run_id = str(best["run_id"])
+    try:
+        run = client.get_run(run_id)
+        model_uri = run.data.tags.get(MODEL_URI) or log_best_model(client, run_id)
+        model_id = model_uri.removeprefix("models:/")
+        with tracking_store(client.tracking_uri):
+            import mlflow
+
+            version = _version_of(client, name, model_id)
+            if version is None:
+                version = str(
+                    mlflow.register_model(
+                        model_uri, name, tags={JOB: job_id, TRIAL: str(best.get("trial_id"))}
+                    ).version
+                )
+            client.set_registered_model_tag(name, JOB, job_id)
+            client.update_registered_model(
+                name, description=f"The best trial of smartune job {job_id} by {main_metric} on dev."
+            )
+            client.set_registered_model_alias(name, ALIAS, version)
+    except Exception as err:
+        logger.warning("could not register the best model of job %s as %s", job_id, name, exc_info=True)
+        return record | {"error": f"{type(err).__name__}: {err}"[:1000]}
+    return record | {
+        "version": version,
+        "uri": f"models:/{name}@{ALIAS}",
+        "model_uri": model_uri,
+        "run_id": run_id,
+        "trial_id": best.get("trial_id"),
+    }
+
+
+def registry_tags(registered: Mapping[str, Any]) -> dict[str, Any]:
+    """The parent run's record of the registration (None values are not set)."""
+    return {
+        REGISTERED_MODEL: registered["name"],
+        REGISTERED_VERSION: registered.get("version"),
+        REGISTRY_ERROR: registered.get("error"),
+    }
