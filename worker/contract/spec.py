@@ -94,8 +94,14 @@ class Asha(_Strict):
 
 
 class Search(_Strict):
-    algorithm: Literal["grid", "random"] = "grid"
-    num_samples: int = Field(1, ge=1, le=1000, description="samples of the random axes (per grid cell)")
+    algorithm: Literal["grid", "random", "optuna"] = Field(
+        "grid",
+        description="grid: every cell (choice axes too), random axes drawn per cell; random: choice axes drawn "
+        "too; optuna: Optuna's TPE proposes the sampled axes of one configuration, learning from each result",
+    )
+    num_samples: int = Field(
+        1, ge=1, le=1000, description="samples of the random axes (per grid cell); optuna: trials proposed"
+    )
     asha: Asha | None = Field(None, description="early stopping with ASHA; None runs every trial to the end")
 
 
@@ -261,7 +267,24 @@ class JobSpec(_Strict):
         self.trials()  # every cell must make a valid training configuration
         for name, axis in self.sampled_axes().items():
             _check_sampled(name, axis, self.base_values())
+        if self.search.algorithm == "optuna":
+            self._check_optuna()
         return self
+
+    def _check_optuna(self) -> None:
+        """Optuna proposes values for the sampled axes of one configuration; Tune's grid cells cannot be
+        handed to it (its choices are plain values), so a grid beyond one cell is refused, saying why."""
+        if not self.sampled_axes():
+            raise ValueError(
+                "search.algorithm: optuna needs at least one choice, uniform or loguniform axis to search"
+            )
+        cells = len(self.trials())
+        if cells > 1:
+            several = [n for n, v in self.grid_axes().items() if len(v) > 1]
+            raise ValueError(
+                f"search.algorithm: optuna searches one configuration, but the grid has {cells} cells (axes "
+                f"{', '.join(several)}); make them choice axes, or run one job per seed or task"
+            )
 
     @property
     def tasks(self) -> list[str]:

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from mlflow import MlflowClient
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "model"  # the logged model's name: `runs:/<run id>/model` resolves to it too
 PIPELINE_TASK = "text-classification"  # classification and regression heads alike (see above)
 ALIAS = "best"
+_PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 _REQUIREMENTS = ("transformers", "torch", "tokenizers", "safetensors")  # what loading the model needs
 
 
@@ -74,6 +77,20 @@ def _requirements() -> list[str]:
             continue
         out.append(f"{package}=={version}")
     return out
+
+
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """No "Downloading artifacts" bar in the job log (MLflow reads the variable at each download)."""
+    before = os.environ.get(_PROGRESS_BAR_ENV)
+    os.environ[_PROGRESS_BAR_ENV] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_PROGRESS_BAR_ENV, None)
+        else:
+            os.environ[_PROGRESS_BAR_ENV] = before
 
 
 def _model_card(run: Run, epoch: int, labels: Mapping[int, str]) -> Any:
@@ -100,7 +117,8 @@ def log_best_model(client: MlflowClient, run_id: str) -> str:
     run = retrying(lambda: client.get_run(run_id))
     epoch = int(run.data.tags.get(BEST_EPOCH, "0"))
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = retrying(lambda: client.download_artifacts(run_id, BEST_CHECKPOINT, tmp))
+        with _no_progress_bar():
+            checkpoint = retrying(lambda: client.download_artifacts(run_id, BEST_CHECKPOINT, tmp))
         model = AutoModelForSequenceClassification.from_pretrained(checkpoint)
         tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         logged = retrying(

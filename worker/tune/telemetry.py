@@ -78,7 +78,7 @@ def dataset_name(task: TaskSpec, split: str) -> str:
 
 def _source(config: TrainConfig, task: TaskSpec, split: str) -> Any:
     """Where the split came from: its local file (else the folder or file named), or the hub dataset."""
-    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+    from mlflow.data.sources import HuggingFaceDatasetSource, LocalArtifactDatasetSource
 
     named = config.data or (str(glue_dir()) if glue_dir() is not None else None)
     source = classify(named, "data") if named is not None else None
@@ -87,7 +87,7 @@ def _source(config: TrainConfig, task: TaskSpec, split: str) -> Any:
         hub_config = task.hub_config if path == task.hub_id else None
         return HuggingFaceDatasetSource(path=path, config_name=hub_config, split=task.hub_split(split))
     files = data_files(dataclasses.replace(config, data=str(source.path)), task)
-    return str(files[0]) if files else str(source.path)  # the train split's file comes first
+    return LocalArtifactDatasetSource(str(files[0] if files else source.path))  # train's file comes first
 
 
 def training_dataset(config: TrainConfig, task: TaskSpec, examples: Sequence[Example]) -> tuple[Any, str]:
@@ -162,6 +162,9 @@ def system_metrics(run_id: str, tracking_uri: str, interval: float) -> Iterator[
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
             logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop lines
+            import psutil
+
+            psutil.cpu_percent()  # psutil's first reading is 0.0 by definition: take it before the first sample
             monitor = SystemMetricsMonitor(
                 run_id,
                 sampling_interval=interval,

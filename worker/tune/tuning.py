@@ -16,6 +16,7 @@ from typing import Any
 from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.search import Searcher
 
 from worker.contract.grid import ResolvedTrial, resolve
 from worker.contract.sources import default_data_source
@@ -52,7 +53,9 @@ def _domain(axis: Axis) -> Any:
 
 
 def param_space(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, Any]:
-    space: dict[str, Any] = {"train": tune.grid_search(trials)}
+    # Optuna takes no grid: its one configuration (the contract allows no more) is a constant.
+    train = trials[0] if spec.search.algorithm == "optuna" else tune.grid_search(trials)
+    space: dict[str, Any] = {"train": train}
     sampled = spec.sampled_axes()
     if sampled:
         space["sampled"] = {name: _domain(axis) for name, axis in sorted(sampled.items())}
@@ -115,15 +118,30 @@ def trial_name(trial: Trial) -> str:
     return trial_dir_name(trial.trial_id)
 
 
+def search_algorithm(spec: JobSpec) -> Searcher | None:
+    """Optuna's TPE (seeded with the spec's seed) under a ConcurrencyLimiter, for `search.algorithm:
+    optuna`; None otherwise (Tune's grid and random variants)."""
+    if spec.search.algorithm != "optuna":
+        return None
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    sampler = optuna.samplers.TPESampler(seed=spec.seeds[0])
+    return ConcurrencyLimiter(OptunaSearch(sampler=sampler), max_concurrent=spec.limits.max_concurrent_trials)
+
+
 def tune_config(spec: JobSpec, trials: list[dict[str, Any]]) -> tune.TuneConfig:
     # A pure grid is deterministic per cell: repeating it would only run duplicates.
     samples = spec.search.num_samples if spec.sampled_axes() else 1
+    searcher = search_algorithm(spec)  # a ConcurrencyLimiter when set: it caps the concurrency itself
     return tune.TuneConfig(
         metric=METRIC,
         mode=MODE,
+        search_alg=searcher,
         scheduler=scheduler(spec, trials),
         num_samples=samples,
-        max_concurrent_trials=spec.limits.max_concurrent_trials,
+        max_concurrent_trials=None if searcher else spec.limits.max_concurrent_trials,
         time_budget_s=spec.limits.time_budget_s,
         # One worker process runs trial after trial: no re-import of torch/transformers per trial. Each
         # trial rebuilds its session and reseeds everything, so results do not depend on reuse.

@@ -22,7 +22,7 @@ from worker.contract.tags import BEST_CHECKPOINT, BEST_EPOCH, JOB, MODEL_URI, TR
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
 from worker.training.models import REGRESSION_LABEL, resolve_model, set_label_names
-from worker.tune.registry import log_best_model, register_best, registered_model_name
+from worker.tune.registry import register_best, registered_model_name
 from worker.tune.settings import Settings
 from worker.tune.sweep import run_sweep
 from worker.tune.telemetry import (
@@ -121,7 +121,7 @@ def test_the_best_trials_model_is_registered_with_the_alias_best(
     version = client.get_model_version_by_alias(name, "best")
     assert str(version.version) == registered["version"] and version.run_id == swept["best"]["run_id"]
     best_run = client.get_run(swept["best"]["run_id"])
-    assert version.model_id == best_run.data.tags[MODEL_URI].removeprefix("models:/")
+    assert version.source == best_run.data.tags[MODEL_URI] == registered["model_uri"]  # the logged model
     assert client.get_registered_model(name).tags[JOB] == JOB_ID
 
     parent, _ = job_runs(JOB_ID)
@@ -186,8 +186,11 @@ def _store(tmp_path: Path) -> tuple[MlflowClient, str]:
     return client, client.create_experiment("e", artifact_location=(tmp_path / "artifacts").as_uri())
 
 
-def test_a_regression_checkpoint_logs_as_text_classification_answering_a_score(tmp_path: Path) -> None:
+def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answering_a_score(
+    tmp_path: Path,
+) -> None:
     # STS-B: one output, problem_type "regression": the pipeline applies no function and names it `score`.
+    # The run has its best checkpoint but no logged model (a trial stopped early): the driver logs it first.
     import mlflow.transformers
 
     client, experiment = _store(tmp_path)
@@ -200,10 +203,16 @@ def test_a_regression_checkpoint_logs_as_text_classification_answering_a_score(t
     run = client.create_run(experiment, tags={JOB: "j", TRIAL: "t", BEST_EPOCH: "1"})
     client.log_artifacts(run.info.run_id, str(tmp_path / "checkpoint"), BEST_CHECKPOINT)
 
-    uri = log_best_model(client, run.info.run_id)  # what the driver does for a best trial stopped early
-    assert client.get_run(run.info.run_id).data.tags[MODEL_URI] == uri
+    best = {"run_id": run.info.run_id, "trial_id": "t", "value": 0.5}
+    registered = register_best(client, "job-r", best, "pearson")
+    assert registered["version"] == "1" and "error" not in registered
+    uri = client.get_run(run.info.run_id).data.tags[MODEL_URI]
+    assert registered["model_uri"] == uri
+    # Registering again (a later attempt with the same best) reuses the version.
+    assert register_best(client, "job-r", best, "pearson")["version"] == "1"
+    assert len(client.search_model_versions("name = 'smartune-job-r'")) == 1
     with tracking_store(client.tracking_uri):
-        pipeline = mlflow.transformers.load_model(uri)
+        pipeline = mlflow.transformers.load_model(registered["uri"])
         flavor = mlflow.models.get_model_info(uri).flavors["transformers"]
     assert flavor["task"] == "text-classification"
     [prediction] = pipeline([RTE_PAIRS[0]])

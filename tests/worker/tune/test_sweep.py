@@ -80,12 +80,16 @@ def test_grid_sweep_records_parent_children_and_dedups_cells(
         files = {a.path for a in client.list_artifacts(run.info.run_id, "best_checkpoint")}
         assert {"best_checkpoint/model.safetensors", "best_checkpoint/config.json"} <= files
         assert tags["smartune.best_checkpoint"].endswith("/best_checkpoint")
+        assert tags["smartune.model_uri"].startswith("models:/")  # the same checkpoint, transformers flavour
     smart = [r for r in children if json.loads(r.data.tags["smartune.cell"])["lambda_s"] == 1.0]
     assert all("train_r_s" in r.data.metrics and "train_d_breg" in r.data.metrics for r in smart)
     best = summary["best"]
     assert best["run_id"] in {r.info.run_id for r in children} and best["checkpoint_uri"].endswith(
         "best_checkpoint"
     )
+    registered = summary["registered_model"]
+    assert registered["name"] == "smartune-grid-4" and registered["run_id"] == best["run_id"]
+    assert str(client.get_model_version_by_alias("smartune-grid-4", "best").version) == registered["version"]
 
 
 def _diverging_glue(glue_dir: Path, folder: Path) -> Path:

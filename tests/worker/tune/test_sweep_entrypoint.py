@@ -102,3 +102,9 @@ def test_next_attempt_resumes_a_killed_driver_over_ray_address(
     assert len(resumed) == 1  # the interrupted trial continued its own run in attempt 2
     assert resumed[0].data.tags["smartune.attempt"] == "2"
     assert int(resumed[0].data.tags["smartune.resumed_from_epoch"]) >= 1
+    # The resumed sweep registered its best trial's model; the summary (last line) says which version.
+    registered = summary["registered_model"]
+    assert registered["name"] == "smartune-entry-1" and registered["run_id"] == summary["best"]["run_id"]
+    client = MlflowClient(sweep_settings.tracking_uri)
+    assert client.get_model_version_by_alias("smartune-entry-1", "best").run_id == summary["best"]["run_id"]
+    assert all(r.data.tags["smartune.model_uri"].startswith("models:/") for r in children)
