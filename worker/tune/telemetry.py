@@ -162,9 +162,6 @@ def system_metrics(run_id: str, tracking_uri: str, interval: float) -> Iterator[
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
             logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop lines
-            import psutil
-
-            psutil.cpu_percent()  # psutil's first reading is 0.0 by definition: take it before the first sample
             monitor = SystemMetricsMonitor(
                 run_id,
                 sampling_interval=interval,
