@@ -101,6 +101,8 @@ def _api_env(stack_urls: dict[str, str], data_dir: Path, port: int) -> dict[str,
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        "SMARTUNE_METRICS_TOKEN": METRICS_TOKEN,
+        "SMARTUNE_LOG_FORMAT": "json",
     }
     return {name: native[name] for name in _compose_api_env()}
 
