@@ -21,7 +21,10 @@ MAX_TEXT = 500
 _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w.~/-])(?:~|/)(?:[^\s'\",;:()\[\]{}]*)")
 
-_SUMMARY_KEYS = ("job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors")
+_SUMMARY_KEYS = (
+    "job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors", "registered_model"
+)  # fmt: skip
+_REGISTERED_KEYS = ("name", "alias", "version", "uri", "error")  # the registry entry; its error text scrubbed
 _CELL_KEYS = ("params", "n", "mean", "std", "trial_ids")
 _BEST_KEYS = ("params", "value", "run_id", "trial_id")
 _ERROR_KEYS = ("trial_id", "run_id", "error_class", "error")  # why a trial failed; its text scrubbed
@@ -66,6 +69,10 @@ def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out["cells"] = [_pick(cell, _CELL_KEYS) for cell in out["cells"]]
     if out.get("best") is not None:
         out["best"] = _pick(out["best"], _BEST_KEYS)
+    if isinstance(out.get("registered_model"), Mapping):
+        out["registered_model"] = _pick(out["registered_model"], _REGISTERED_KEYS)
+        if isinstance(out["registered_model"].get("error"), str):
+            out["registered_model"]["error"] = tenant_text(out["registered_model"]["error"])
     if isinstance(out.get("errors"), list):
         out["errors"] = [_pick(e, _ERROR_KEYS) for e in out["errors"]]
         for error in out["errors"]:

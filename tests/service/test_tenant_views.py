@@ -200,3 +200,14 @@ def test_why_trials_failed_is_shown_without_server_paths() -> None:
     assert out == [
         {"trial_id": "t1", "run_id": "r1", "error_class": "data", "error": "DataError: <path>, row 6: bad"}
     ]
+
+
+def test_the_registered_model_is_shown_without_run_ids_or_paths() -> None:
+    summary = summary_for("job-1") | {
+        "registered_model": {"name": "smartune-job-1", "alias": "best", "version": "2", "uri": "models:/smartune-job-1@best",
+                             "model_uri": "models:/m-1", "run_id": "r1", "trial_id": "t1",
+                             "error": "see /srv/smartune/ray_results/x"},
+    }  # fmt: skip
+    shown = public_summary(summary)["registered_model"]
+    assert shown == {"name": "smartune-job-1", "alias": "best", "version": "2", "uri": "models:/smartune-job-1@best",
+                     "error": "see <path>"}  # fmt: skip
