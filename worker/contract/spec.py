@@ -11,11 +11,10 @@ import json
 import math
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     ValidationInfo,
@@ -25,84 +24,14 @@ from pydantic import (
 )
 
 from smart_core.config import METHOD_PRESETS, method_config
-from worker.contract.grid import METHOD_FIELDS, SWEEPABLE, expand_grid
-from worker.contract.presets import SEARCH_PRESETS, get_preset
+from worker.contract.grid import METHOD_FIELDS, expand_grid
+from worker.contract.presets import get_preset
+from worker.contract.search import Axis, Search, SearchSpace, StrictModel
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import TASKS
 from worker.contract.trial import KNOBS, TYPES, TrainConfig
 
 MAX_CELLS = 10_000  # a hard ceiling; the control plane enforces its own, lower, configurable limit
-
-
-class _Strict(BaseModel):
-    # A misspelt field is an error that names it; a validated spec does not change (its plan is cached).
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Axis(_Strict):
-    """One search dimension: grid/choice over `values`, or uniform/loguniform over [low, high]."""
-
-    type: Literal["grid", "choice", "uniform", "loguniform"] = "grid"
-    values: list[Any] | None = Field(None, description="grid / choice values")
-    low: float | None = Field(None, description="uniform / loguniform lower bound")
-    high: float | None = Field(None, description="uniform / loguniform upper bound")
-
-    @model_validator(mode="after")
-    def _check(self) -> Axis:
-        if self.type in ("grid", "choice"):
-            if not self.values:
-                raise ValueError(f"a {self.type} axis needs a non-empty 'values' list")
-        else:
-            if self.low is None or self.high is None or not self.low < self.high:
-                raise ValueError(f"a {self.type} axis needs low < high, got low={self.low}, high={self.high}")
-            if not (math.isfinite(self.low) and math.isfinite(self.high)):
-                raise ValueError(
-                    f"a {self.type} axis needs finite bounds, got low={self.low}, high={self.high}"
-                )
-            if self.type == "loguniform" and self.low <= 0:
-                raise ValueError(f"a loguniform axis needs low > 0, got {self.low}")
-        return self
-
-
-class SearchSpace(_Strict):
-    preset: str | None = Field(
-        None, description=f"one of {sorted(SEARCH_PRESETS)}", examples=["smart-paper-grid"]
-    )
-    axes: dict[str, Axis] = Field(
-        default_factory=dict, description="field name -> axis; overrides the preset's"
-    )
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_preset(value)
-        return value
-
-    @field_validator("axes")
-    @classmethod
-    def _known_fields(cls, axes: dict[str, Axis]) -> dict[str, Axis]:
-        unknown = sorted(set(axes) - SWEEPABLE)
-        if unknown:
-            raise ValueError(f"cannot sweep {', '.join(unknown)}; sweepable: {', '.join(sorted(SWEEPABLE))}")
-        return axes
-
-
-class Asha(_Strict):
-    grace_period: int = Field(1, ge=1, description="epochs every trial runs before it can be stopped")
-    reduction_factor: float = Field(2.0, gt=1)
-
-
-class Search(_Strict):
-    algorithm: Literal["grid", "random", "optuna"] = Field(
-        "grid",
-        description="grid: every cell (choice axes too), random axes drawn per cell; random: choice axes drawn "
-        "too; optuna: Optuna's TPE proposes the sampled axes of one configuration, learning from each result",
-    )
-    num_samples: int = Field(
-        1, ge=1, le=1000, description="samples of the random axes (per grid cell); optuna: trials proposed"
-    )
-    asha: Asha | None = Field(None, description="early stopping with ASHA; None runs every trial to the end")
 
 
 def _source(value: str, field: str, *, aliases: bool) -> None:
@@ -137,20 +66,20 @@ def _training_model() -> type[BaseModel]:
         if knob.spec:
             bounds = {k: getattr(knob, k) for k in ("ge", "gt", "le", "lt") if getattr(knob, k) is not None}
             declared[name] = (TYPES[name], Field(getattr(defaults, name), description=knob.help, **bounds))
-    model: type[BaseModel] = create_model("Training", __base__=_Strict, **declared)
+    model: type[BaseModel] = create_model("Training", __base__=StrictModel, **declared)
     return model
 
 
 if TYPE_CHECKING:
 
-    class Training(_Strict):
+    class Training(StrictModel):
         """The fields are derived from worker.contract.trial at run time (see _training_model)."""
 
 else:
     Training = _training_model()
 
 
-class Resources(_Strict):
+class Resources(StrictModel):
     cpus: float = Field(1.0, gt=0, le=256, description="CPUs per trial")
     gpus: float = Field(
         0.0, ge=0, le=16, description="GPUs per trial; fractions share a GPU (0.5 = two per GPU)"
@@ -164,7 +93,7 @@ class Resources(_Strict):
         return value
 
 
-class Limits(_Strict):
+class Limits(StrictModel):
     max_concurrent_trials: int = Field(1, ge=1, le=1024)
     time_budget_s: float | None = Field(None, gt=0, description="wall-clock budget of the whole sweep")
     max_retries: int = Field(
@@ -172,7 +101,7 @@ class Limits(_Strict):
     )
 
 
-class JobSpec(_Strict):
+class JobSpec(StrictModel):
     """A fine-tuning sweep: task, data, model, method, search space, seeds, resources, limits."""
 
     name: str | None = Field(None, max_length=200)

@@ -19,8 +19,9 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from worker.contract.grid import ResolvedTrial, resolve
+from worker.contract.search import Axis
 from worker.contract.sources import default_data_source
-from worker.contract.spec import Axis, JobSpec
+from worker.contract.spec import JobSpec
 from worker.contract.tags import State
 from worker.tune.settings import Settings
 
