@@ -13,8 +13,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cli.completion_cmd import FILE, completes
 from smartune import FINAL_STATES as FINAL
@@ -22,6 +23,8 @@ from smartune import Client, SmartuneError
 from smartune.config import KEY_ENV, KEY_FILE_ENV, key_from_env
 from smartune.config import read_key_file as _read_key_file
 from smartune.specs import read_spec
+
+T = TypeVar("T")
 
 __all__ = ["FINAL", "ServerError", "api_key", "connect", "read_spec", "register"]
 
@@ -96,6 +99,18 @@ def emit_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
 
 
+def show(args: argparse.Namespace, fetch: Callable[[Client], T], render: Callable[[T], None]) -> int:
+    """Ask the server through the SDK, then print its answer: as one JSON document with `--json`, else
+    as `render` lays it out."""
+    with connect(args) as client:
+        value = fetch(client)
+    if args.json:
+        emit_json(value)
+    else:
+        render(value)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="submit a job spec (YAML or JSON) to the server")
     completes(p.add_argument("spec", type=Path, help="the job spec file"), FILE)
@@ -137,25 +152,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def submit(args: argparse.Namespace) -> int:
     spec = read_spec(args.spec)
-    with connect(args) as client:
-        job = client.submit_job(spec, idempotency_key=args.idempotency_key)
-    if args.json:
-        emit_json(job)
-        return 0
+    return show(
+        args, lambda client: client.submit_job(spec, idempotency_key=args.idempotency_key), _submitted
+    )
+
+
+def _submitted(job: dict[str, Any]) -> None:
     print(job["id"])
     note = " (the earlier submission with this idempotency key)" if job["replayed"] else ""
     print(f"{job['state']}: {job['n_trials']} trials, spec {job['spec_hash'][:12]}{note}", file=sys.stderr)
     if job["identical_jobs"]:
         print(f"same spec as: {', '.join(job['identical_jobs'])}", file=sys.stderr)
-    return 0
 
 
 def jobs(args: argparse.Namespace) -> int:
-    with connect(args) as client:
-        page = client.jobs_page(args.state, limit=args.limit, offset=args.offset)
-    if args.json:
-        emit_json(page)
-        return 0
+    return show(
+        args, lambda client: client.jobs_page(args.state, limit=args.limit, offset=args.offset),
+        lambda page: _job_table(page, args.offset),
+    )  # fmt: skip
+
+
+def _job_table(page: dict[str, Any], offset: int) -> None:
     print(f"{'ID':<18} {'STATE':<10} {'TEAM':<12} {'TRIALS':>6} {'PRIO':>4}  {'CREATED':<19}  NAME")
     for j in page["data"]:
         created = j["created_at"][:19].replace("T", " ")
@@ -163,9 +180,8 @@ def jobs(args: argparse.Namespace) -> int:
             f"{j['id']:<18} {j['state']:<10} {j['team']:<12} {j['n_trials']:>6} {j['priority']:>4}  {created}  {j['name'] or ''}"
         )
     shown = len(page["data"])
-    if page["count"] > args.offset + shown:
-        print(f"({shown} of {page['count']}; --offset {args.offset + shown} for more)", file=sys.stderr)
-    return 0
+    if page["count"] > offset + shown:
+        print(f"({shown} of {page['count']}; --offset {offset + shown} for more)", file=sys.stderr)
 
 
 def describe(job: dict[str, Any]) -> str:
@@ -213,13 +229,9 @@ def status(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    with connect(args) as client:
-        job = client.cancel(args.job_id)
-    if args.json:
-        emit_json(job)
-    else:
-        print(f"{job['id']} {job['state']}")
-    return 0
+    return show(
+        args, lambda client: client.cancel(args.job_id), lambda job: print(f"{job['id']} {job['state']}")
+    )
 
 
 def logs(args: argparse.Namespace) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli import client_cmd
-from cli.client_cmd import common, emit_json
+from cli.client_cmd import common, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,15 +47,30 @@ def _params(params: Any) -> str:
 
 
 def results(args: argparse.Namespace) -> int:
-    with client_cmd.connect(args) as client:
-        summary = client.results(args.job_id)
-    if args.json:
-        emit_json(summary)
-        return 0
-    states = ", ".join(f"{s} {n}" for s, n in sorted((summary.get("trials_by_state") or {}).items()))
-    print(
-        f"{summary.get('job_id', args.job_id)}: {summary.get('main_metric', 'score')}; trials {states or '-'}"
+    return show(
+        args, lambda client: client.results(args.job_id), lambda summary: _summary(summary, args.job_id)
     )
+
+
+def pool(args: argparse.Namespace) -> int:
+    return show(args, lambda client: client.pool(), _pool)
+
+
+def queue(args: argparse.Namespace) -> int:
+    return show(args, lambda client: client.queue(), _queue)
+
+
+def teams(args: argparse.Namespace) -> int:
+    return show(args, lambda client: client.teams(), _teams)
+
+
+def keys(args: argparse.Namespace) -> int:
+    return show(args, lambda client: client.team_keys(args.team), _keys)
+
+
+def _summary(summary: dict[str, Any], job_id: str) -> None:
+    states = ", ".join(f"{s} {n}" for s, n in sorted((summary.get("trials_by_state") or {}).items()))
+    print(f"{summary.get('job_id', job_id)}: {summary.get('main_metric', 'score')}; trials {states or '-'}")
     best = summary.get("best")
     if best:
         print(
@@ -70,15 +84,9 @@ def results(args: argparse.Namespace) -> int:
         print(f"{cell.get('n', 0):>3}  {mean_s:>8}  {std_s:>8}  {_params(cell.get('params'))}")
     for error in summary.get("errors") or []:
         print(f"error: trial {error.get('trial_id')} ({error.get('error_class')}): {error.get('error')}")
-    return 0
 
 
-def pool(args: argparse.Namespace) -> int:
-    with client_cmd.connect(args) as client:
-        view = client.pool()
-    if args.json:
-        emit_json(view)
-        return 0
+def _pool(view: dict[str, Any]) -> None:
     for name in ("capacity", "reserved", "free"):
         res = view.get(name)
         print(
@@ -98,15 +106,9 @@ def pool(args: argparse.Namespace) -> int:
             f"other teams: {others['teams']} ({others['gpus_in_use']:g} GPUs in use, "
             f"{others['jobs_running']} jobs running, {others['jobs_queued']} queued)"
         )
-    return 0
 
 
-def queue(args: argparse.Namespace) -> int:
-    with client_cmd.connect(args) as client:
-        entries = client.queue()
-    if args.json:
-        emit_json(entries)
-        return 0
+def _queue(entries: list[dict[str, Any]]) -> None:
     print(f"{'POS':>3}  {'JOB':<18} {'TEAM':<12} {'PRIO':>4} {'CPUS':>5} {'GPUS':>5}  {'QUEUED':<19}  REASON")
     for e in entries:
         queued = e["queued_at"][:19].replace("T", " ")
@@ -114,15 +116,9 @@ def queue(args: argparse.Namespace) -> int:
             f"{e['position']:>3}  {e['job_id'] or '(other team)':<18} {e['team'] or '-':<12} {e['priority']:>4} "
             f"{e['cpus']:>5g} {e['gpus']:>5g}  {queued:<19}  {e['reason'] or ''}"
         )
-    return 0
 
 
-def teams(args: argparse.Namespace) -> int:
-    with client_cmd.connect(args) as client:
-        rows = client.teams()
-    if args.json:
-        emit_json(rows)
-        return 0
+def _teams(rows: list[dict[str, Any]]) -> None:
     for t in rows:
         roots = ",".join(t["data_roots"] or []) or "-"
         print(
@@ -130,15 +126,9 @@ def teams(args: argparse.Namespace) -> int:
             f"\tjobs={t['max_concurrent_jobs'] or 'default'}\tweight={t['weight']:g}"
             f"\tpriority={t['default_priority']}\tmax_priority={t['max_priority']}\troots={roots}"
         )
-    return 0
 
 
-def keys(args: argparse.Namespace) -> int:
-    with client_cmd.connect(args) as client:
-        rows = client.team_keys(args.team)
-    if args.json:
-        emit_json(rows)
-        return 0
+def _keys(rows: list[dict[str, Any]]) -> None:
     print(f"{'KEY ID':<12}  {'ADMIN':<5}  {'CREATED':<19}  {'REVOKED':<19}  NAME")
     for k in rows:
         created = k["created_at"][:19].replace("T", " ")
@@ -146,4 +136,3 @@ def keys(args: argparse.Namespace) -> int:
         print(
             f"{k['key_id']:<12}  {'yes' if k['is_admin'] else 'no':<5}  {created:<19}  {revoked:<19}  {k['name'] or ''}"
         )
-    return 0
