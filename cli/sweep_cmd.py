@@ -55,20 +55,10 @@ def run(args: argparse.Namespace) -> int:
     if args.fresh:
         job_id = f"{job_id}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     else:
-        earlier = Settings.from_env(storage_path=args.storage_path).experiment_path(job_id)
-        if _exists(earlier):
-            print(_banner(job_id, earlier), file=sys.stderr, flush=True)
+        settings = Settings.from_env(storage_path=args.storage_path)
+        if settings.has_experiment(job_id):
+            print(_banner(job_id, settings.experiment_path(job_id)), file=sys.stderr, flush=True)
     return main([*argv, "--job-id", job_id])
-
-
-def _exists(path: str) -> bool:
-    """Whether a Tune experiment folder (a local folder or a pyarrow URI such as s3://...) exists."""
-    if "://" not in path:
-        return Path(path).is_dir()
-    import pyarrow.fs
-
-    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
-    return filesystem.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
 
 
 def _banner(job_id: str, path: str) -> str:

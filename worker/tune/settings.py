@@ -59,3 +59,10 @@ class Settings:
         if _is_uri(self.storage_path):
             return posixpath.join(self.storage_path, job_id)
         return str(Path(self.storage_path) / job_id)
+
+    def has_experiment(self, job_id: str) -> bool:
+        """Whether the storage holds a Tune experiment of this job (a local folder or under a URI)."""
+        import pyarrow.fs
+
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(self.experiment_path(job_id))
+        return bool(filesystem.get_file_info(path).type == pyarrow.fs.FileType.Directory)
