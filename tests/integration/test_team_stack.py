@@ -53,6 +53,7 @@ class Stack:
     head: RayHead
     worker: RayWorkerNode
     server: Server
+    started: list[Any]  # every process the fixture stops at the end, restarted ones included
 
     def restart_ray(self) -> None:
         """A dead head comes back at the same address; the GPU node rejoins it."""
@@ -64,6 +65,7 @@ class Stack:
         )
         old.stop()
         self.worker = start_ray_worker(_gcs(self.head), num_cpus=2, num_gpus=1, env=self.node_env)
+        self.started += [self.head, self.worker]
 
 
 def _gcs(head: RayHead) -> str:
@@ -146,14 +148,10 @@ def stack(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, glue_dir
         assert done.returncode == 0, done.stdout + done.stderr
         server = Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=env, port=port).start()
         started.append(server)
-        stack = Stack(postgres, store, mlflow, node_env, head, worker, server)
-        yield stack
+        yield Stack(postgres, store, mlflow, node_env, head, worker, server, started)
     finally:
         for part in reversed(started):
             part.stop()
-        for part in ("head", "worker"):  # restarted ones
-            if "stack" in locals():
-                getattr(stack, part).stop()
 
 
 @pytest.fixture
