@@ -31,6 +31,7 @@ from worker.contract.grid import resolve
 from worker.contract.spec import JobSpec
 from worker.contract.trial import TrainConfig
 from worker.tune.checkpoints import RestorePoint
+from worker.tune.run_tags import start_tags
 from worker.tune.settings import Settings
 from worker.tune.sweep import connect_ray, run_sweep
 from worker.tune.tracking import (
@@ -41,7 +42,7 @@ from worker.tune.tracking import (
     open_parent,
     set_tags,
 )
-from worker.tune.trainable import TrialContext, open_run, run_trial, start_tags
+from worker.tune.trainable import TrialContext, open_run, run_trial
 from worker.tune.tuning import KEPT_CHECKPOINTS, cell_axes, trial_configs
 
 

@@ -11,9 +11,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install "pip>=25.1"
 WORKDIR /src
-# The runtime dependencies first, in their own layer: it is rebuilt only when pyproject.toml changes.
-COPY pyproject.toml README.md ./
-RUN /opt/venv/bin/pip install --group service
+# The runtime dependencies first, in their own layer (rebuilt only when pyproject.toml or the lock
+# changes), at the versions of requirements.lock (`make lock`).
+COPY pyproject.toml README.md requirements.lock ./
+RUN /opt/venv/bin/pip install --constraint requirements.lock --group service
 # Then the project itself, without its dependencies (which would pull torch and transformers).
 COPY smart_core ./smart_core
 COPY worker ./worker

@@ -31,11 +31,12 @@ RUN python3 -m venv /opt/venv \
 RUN pip install "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
 
 WORKDIR /src
-# The pinned dependencies in their own layer (rebuilt only when pyproject.toml changes), then the project.
-COPY pyproject.toml README.md ./
+# The dependencies in their own layer (rebuilt only when pyproject.toml or the lock changes), at the
+# versions of requirements.lock (`make lock`), then the project.
+COPY pyproject.toml README.md requirements.lock ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && pip install --requirement /tmp/requirements.txt \
+    && pip install --constraint requirements.lock --requirement /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 COPY smart_core ./smart_core
 COPY worker ./worker

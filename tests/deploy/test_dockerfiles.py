@@ -140,7 +140,7 @@ def test_service_image_has_no_torch() -> None:
     assert "assert 'torch' not in sys.modules" in runs
     for package in ("torch", "transformers"):
         assert f"install {package}" not in runs and f'"{package}' not in runs
-    assert "pip install --group service" in runs
+    assert "pip install --constraint requirements.lock --group service" in runs
     assert "pip install --no-deps ." in runs
     assert ("CMD", '["smartune", "serve"]') in steps
     assert ("EXPOSE", str(Settings.model_fields["port"].default)) in steps

@@ -193,12 +193,22 @@ class JobSpec(StrictModel):
         cells = math.prod(len(v) for v in self.grid_axes().values())
         if cells > MAX_CELLS:
             raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
+        self._check_workers()
         self.trials()  # every cell must make a valid training configuration
         for name, axis in self.sampled_axes().items():
             _check_sampled(name, axis, self.base_values())
         if self.search.algorithm == "optuna":
             self._check_optuna()
         return self
+
+    def _check_workers(self) -> None:
+        """Data-parallel ranks on GPUs take one whole GPU each: as many ranks as GPUs per trial."""
+        workers, gpus = self.base_values()["workers"], self.resources.gpus
+        if gpus and workers > 1 and workers != gpus:
+            raise ValueError(
+                f"training.workers: {workers} ranks of a trial take one GPU each, but resources.gpus is {gpus:g}; "
+                f"set resources.gpus to {workers} (or workers to {gpus:g})"
+            )
 
     def _check_optuna(self) -> None:
         """Optuna proposes values for the sampled axes of one configuration; Tune's grid cells cannot be
@@ -233,6 +243,8 @@ class JobSpec(StrictModel):
             "train_fraction": self.train_fraction,
             "columns": self.columns,
         }
+        if "workers" not in set_here and self.resources.gpus > 1:
+            values["workers"] = int(self.resources.gpus)  # the GPUs a trial reserves, one rank on each
         return values
 
     def grid_axes(self) -> dict[str, list[Any]]:

@@ -115,6 +115,14 @@ class TrainConfig:
         help="torch.compile the encoder (slower first steps, faster later ones)",
     )
     deterministic: bool = knob(True, spec=True, help="torch deterministic algorithms (warn-only)")
+    workers: int = knob(
+        1, ge=1, le=16, spec=True, sweep=False, help="data-parallel ranks of the trial, one process each: "
+        "with N GPUs per trial, one GPU per rank (the default is then N); on CPU, gloo ranks sharing its threads"
+    )  # fmt: skip
+    dropout: float | None = knob(
+        None, ge=0, lt=1, spec=True, help="every dropout of the model (encoder hidden and attention, the "
+        "task head); unset: the checkpoint's own and the task's head dropout. 0: none at all"
+    )  # fmt: skip
     num_threads: int | None = knob(
         None, ge=1, le=512, sweep=False, flags=("--threads",), help="torch CPU threads"
     )
@@ -136,6 +144,16 @@ class TrainConfig:
             raise ValueError(
                 f"invalid value for grad_accum_steps: {self.grad_accum_steps} micro-batches of a batch of "
                 f"{self.batch_size} examples (at most batch_size)"
+            )
+        if self.workers > 1 and self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(
+                f"invalid value for device: {self.device!r} with {self.workers} workers (each rank takes its "
+                "own GPU: use auto, cuda or cpu)"
+            )
+        if self.workers > self.batch_size:
+            raise ValueError(
+                f"invalid value for workers: {self.workers} ranks share batches of {self.batch_size} examples "
+                "(at most batch_size)"
             )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"invalid value for optimizer: {self.optimizer!r} ({', '.join(OPTIMIZERS)})")

@@ -17,6 +17,7 @@ from typing import Any
 from worker.contract.trial import TrainConfig
 from worker.training.loop import StepCallback, evaluate, train_epoch
 from worker.training.models import describe_model, model_digest, set_label_names
+from worker.training.parallel import data_parallel
 from worker.training.provenance import environment
 from worker.training.session import TrainingSession
 
@@ -53,11 +54,27 @@ def run_training(
 ) -> dict[str, Any]:
     """Train to the last epoch and return the metrics document (also written to output_dir/metrics.json).
 
-    `session` and `history` let a caller resume a restored session with the epochs already done.
+    `session` and `history` let a caller resume a restored session with the epochs already done; without
+    a session, one is built, on `config.workers` data-parallel ranks (worker.training.parallel).
     """
-    callbacks = callbacks or RunCallbacks()
     started = time.perf_counter()
-    session = session or TrainingSession.build(config)
+    if session is None:
+        with data_parallel(config) as ranks:
+            return _train(
+                config, output_dir, callbacks, TrainingSession.build(config, ranks), history, started
+            )
+    return _train(config, output_dir, callbacks, session, history, started)
+
+
+def _train(
+    config: TrainConfig,
+    output_dir: Path | None,
+    callbacks: RunCallbacks | None,
+    session: TrainingSession,
+    history: list[dict[str, Any]] | None,
+    started: float,  # time.perf_counter() when the run began (its build included)
+) -> dict[str, Any]:
+    callbacks = callbacks or RunCallbacks()
     initial_digest = model_digest(session.model) if session.position.global_step == 0 else None
     main = session.task.main_metric
     epochs: list[dict[str, Any]] = list(history or [])
@@ -102,6 +119,7 @@ def run_training(
         "provenance": {
             **environment(session.device, config.deterministic),
             "precision": session.precision,
+            "workers": session.ranks.world,
             "model_source": describe_model(config.model),
             "initial_model_sha256": initial_digest,
         },

@@ -16,6 +16,14 @@ from torch import Tensor
 from smart_core import ModelFns
 from worker.training.batching import collate
 from worker.training.metrics import compute_metrics
+from worker.training.ranks import (
+    all_reduce_gradients,
+    all_reduce_sum,
+    broadcast_from_main,
+    check_in_step,
+    rank_seed,
+    shard,
+)
 from worker.training.session import TrainingSession
 
 StepCallback = Callable[[int, int, Mapping[str, float]], None]  # (global step, total steps, last components)
@@ -66,24 +74,34 @@ def train_step(session: TrainingSession, indices: list[int]) -> dict[str, Tensor
     skipped and counted (`skipped_step`), and `max_skipped_steps` of them in a row raise NumericsError;
     under fp16 an overflowing gradient with a finite loss is the scaler's business (it lowers its scale)
     and does not count towards that limit. The finiteness check is the step's one wait for the device.
+
+    With several ranks (worker.training.ranks) each takes its share of the batch, weighted by that share
+    of the whole batch; the summed gradients, loss and components are then those of the whole batch, the
+    same on every rank, and so is every decision below.
     """
     scaler = session.scaler
     total = len(indices)
+    mine, share = shard(micro_batches(indices, session.ranks.world), session.ranks)
     loss: torch.Tensor | None = None
     parts: dict[str, Tensor] = {}
-    for chunk in micro_batches(indices, session.config.grad_accum_steps):
+    for chunk in micro_batches(mine, session.config.grad_accum_steps):
         batch = _to_device(
             collate(session.train, chunk, session.pad_id, session.config.pad_to), session.device
         )
         labels = batch.pop("labels")
         with _autocast(session):
             chunk_loss, chunk_parts = session.objective(model_fns(session, batch), labels)
-        weight = len(chunk) / total
+        weight = share * len(chunk) / total
         scaler.scale(chunk_loss * weight).backward()
         loss = chunk_loss.detach() * weight if loss is None else loss + chunk_loss.detach() * weight
         for key, value in chunk_parts.items():
             parts[key] = parts[key] + value.detach() * weight if key in parts else value.detach() * weight
     assert loss is not None  # a batch has at least one example
+    if session.ranks.parallel:
+        all_reduce_gradients(session.trainable)  # still scaled under fp16: every rank has the same scale
+        summed = all_reduce_sum({**parts, "": loss})
+        loss = summed.pop("")
+        parts = summed
     scaler.unscale_(session.optimizer)  # clipping sees true gradients; a no-op unless fp16
     norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), session.config.max_grad_norm)
     loss_finite = bool(torch.isfinite(loss))
@@ -117,6 +135,8 @@ def iterate_epoch(session: TrainingSession) -> Iterator[dict[str, Tensor]]:
     The position advances after every step, so a checkpoint taken between two yields resumes exactly.
     """
     session.model.train()
+    if session.ranks.parallel:
+        _start_rank_epoch(session)
     batches = session.epoch_batches(session.position.epoch)
     for indices in batches[session.position.step_in_epoch :]:
         parts = train_step(session, indices)
@@ -128,8 +148,26 @@ def iterate_epoch(session: TrainingSession) -> Iterator[dict[str, Tensor]]:
         session.position.step_in_epoch += 1
         session.position.global_step += 1
         yield parts
+    if session.ranks.parallel:  # cheap (a few sums per tensor), once an epoch: diverged ranks stop the run
+        check_in_step(_replicated(session), "weights or teacher")
     session.position.epoch += 1
     session.position.step_in_epoch = 0
+
+
+def _replicated(session: TrainingSession) -> list[Tensor]:
+    """What every rank holds the same: the model's weights and buffers, and SMART's momentum teacher."""
+    reference = session.objective.reference
+    return list(session.model.state_dict().values()) + (list(reference.shadow) if reference else [])
+
+
+def _start_rank_epoch(session: TrainingSession) -> None:
+    """Before a data-parallel epoch: the first time, every rank takes rank 0's weights and teacher (as DDP
+    does when it wraps a model); at an epoch's start, ranks other than 0 reseed their own RNG stream."""
+    if not session.synchronized:
+        broadcast_from_main(_replicated(session))
+        session.synchronized = True
+    if session.ranks.rank > 0 and session.position.step_in_epoch == 0:
+        torch.manual_seed(rank_seed(session.config.seed, session.ranks.rank, session.position.epoch))
 
 
 def train_epoch(session: TrainingSession, on_step: StepCallback | None = None) -> dict[str, float]:

@@ -231,6 +231,12 @@ def _load_pretrained(
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
     except OSError as err:  # missing files, unknown hub repo, no network
         raise ValueError(f"cannot resolve model {name!r} ({location}): {err}") from err
+    missing = [key for key in ENCODER_DROPOUTS if key in overrides and not hasattr(config, key)]
+    if missing:
+        raise ValueError(
+            f"dropout: model {name!r} ({type(config).__name__}) has no {', '.join(missing)} to set; leave "
+            "`dropout` unset for this architecture"
+        )
     for key, value in overrides.items():
         setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
     with _quiet_loading():
@@ -249,18 +255,31 @@ def _load_pretrained(
     return model, tokenizer
 
 
+# The config fields of the BERT family's dropouts (BERT, RoBERTa, ELECTRA, DeBERTa, MiniLM), set by `dropout`.
+ENCODER_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
 def resolve_model(
-    name: str, *, num_labels: int, is_regression: bool, head_dropout: float, seed: int
+    name: str,
+    *,
+    num_labels: int,
+    is_regression: bool,
+    head_dropout: float,
+    seed: int,
+    dropout: float | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (or build) the sequence-classification model and tokenizer that ``name`` names.
 
     ``is_regression`` sets one output and ``problem_type="regression"`` (``num_labels`` is then ignored);
-    ``head_dropout`` becomes ``config.classifier_dropout``; ``seed`` seeds every random initialisation
+    ``head_dropout`` becomes ``config.classifier_dropout``; ``dropout`` (unless None) replaces it and the
+    encoder's hidden and attention dropout (``ENCODER_DROPOUTS``); ``seed`` seeds every random initialisation
     (the whole tiny-random model, the fresh head of a pre-trained one) without touching the caller's
     global RNG state. The model is returned in eval mode, as ``from_pretrained`` returns it: the trainer
     switches it to train mode. Raises ``ValueError`` naming the model when it cannot be resolved.
     """
-    overrides = _task_overrides(num_labels, is_regression, head_dropout)
+    overrides = _task_overrides(num_labels, is_regression, head_dropout if dropout is None else dropout)
+    if dropout is not None:
+        overrides |= dict.fromkeys(ENCODER_DROPOUTS, dropout)
     kind, location = _resolve_source(name)
     # manual_seed seeds the CPU and every CUDA generator: fork_rng saves and restores all of them.
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
@@ -272,6 +291,16 @@ def resolve_model(
             model, tokenizer = _load_pretrained(location, name, overrides, local_only=kind != "hub")
     model.eval()
     return model, tokenizer
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer `resolve_model(name, ...)` returns, without loading any weights (what a sweep's driver
+    needs to tokenise the data once for all its trials)."""
+    kind, location = _resolve_source(name)
+    try:
+        return AutoTokenizer.from_pretrained(location, local_files_only=kind != "hub")
+    except OSError as err:
+        raise ValueError(f"cannot resolve the tokenizer of model {name!r} ({location}): {err}") from err
 
 
 def model_digest(model: torch.nn.Module) -> str:

@@ -1,6 +1,6 @@
 """Everything one fine-tuning run holds: data, model, optimiser, schedule, objective, and its position.
 
-`TrainingSession.build(config)` resolves the task, data and model; `state_dict()` / `load_state_dict()`
+`TrainingSession.build(config)` resolves the task, model and data (worker.training.prepared); `state_dict()` / `load_state_dict()`
 capture all mutable state (weights, optimiser, scheduler, Bregman reference, step, epoch, RNG) so a run
 killed mid-epoch resumes bit for bit on CPU. The state is tensors and plain Python data only, so a
 checkpoint of it loads with `torch.load(weights_only=True)` (no code runs on load). Batches of epoch e come from a generator seeded with
@@ -19,19 +19,27 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from smart_core import Objective
-from worker.contract.sources import glue_dir
 from worker.contract.tasks import TaskSpec, get_task
 from worker.contract.trial import TrainConfig
 from worker.training.adapter import EmbeddingAdapter
-from worker.training.batching import EncodedDataset, encode, length_grouped_batches, sequential_batches
-from worker.training.data import Example, load_examples
+from worker.training.batching import EncodedDataset, length_grouped_batches, sequential_batches
 from worker.training.models import resolve_model
-from worker.training.sampling import subsample, take_first
+from worker.training.prepared import PreparedData, prepare_data
+from worker.training.ranks import SINGLE, Ranks
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, ranks: Ranks = SINGLE) -> torch.device:
+    """The device `name` means for this rank: with several ranks on GPUs, rank r takes the trial's r-th
+    visible GPU (Ray sets CUDA_VISIBLE_DEVICES to the trial's GPUs)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and ranks.parallel:
+        if torch.cuda.device_count() < ranks.world:
+            raise ValueError(
+                f"workers: {ranks.world} ranks need {ranks.world} GPUs, but this process sees "
+                f"{torch.cuda.device_count()}; ask for `resources.gpus: {ranks.world}`"
+            )
+        return torch.device("cuda", ranks.rank)
     return torch.device(name)
 
 
@@ -69,12 +77,6 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # needed by deterministic cuBLAS
         torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def load_split_examples(config: TrainConfig, task: TaskSpec, split: str) -> list[Example]:
-    """One split from `config.data`; unset, the local GLUE folder ($SMARTUNE_GLUE_DIR), else the hub."""
-    source = config.data or glue_dir() or "hub"
-    return load_examples(task, source, split, config.columns)
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float) -> LambdaLR:
@@ -135,16 +137,19 @@ class TrainingSession:
         model: torch.nn.Module,
         tokenizer: Any,
         device: torch.device,
+        ranks: Ranks = SINGLE,
     ) -> None:
         self.config, self.task, self.train, self.evals = config, task, train, evals
         self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.ranks = ranks  # data-parallel place (worker.training.ranks); SINGLE: one process
+        self.synchronized = not ranks.parallel  # whether the ranks started from rank 0's weights
         method = config.method_config()
         self.adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.steps_per_epoch = -(-len(train) // config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(config, params)
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(config, self.trainable)
         self.scheduler = linear_schedule(self.optimizer, self.total_steps, config.warmup_fraction)
         self.objective = Objective(
             method,
@@ -166,37 +171,30 @@ class TrainingSession:
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.autocast_dtype == torch.float16)
 
     @classmethod
-    def build(cls, config: TrainConfig) -> TrainingSession:
+    def build(
+        cls, config: TrainConfig, ranks: Ranks = SINGLE, data: PreparedData | None = None
+    ) -> TrainingSession:
+        """Every rank builds the same session (same seed: the same initial weights); `ranks` says which
+        share of each batch it trains and where (its GPU, or its share of the trial's CPU threads).
+        `data`, when a sweep prepared it (worker.training.prepared), saves reading and tokenising."""
         seed_everything(config.seed, config.deterministic)
         if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+            torch.set_num_threads(max(1, config.num_threads // ranks.world))
         task = get_task(config.task)
-        train_examples = take_first(
-            load_split_examples(config, task, task.train_split), config.max_train_samples
-        )
-        if config.train_fraction < 1:
-            train_examples = subsample(train_examples, config.train_fraction, config.fraction_seed)
-        eval_examples = {
-            split: take_first(load_split_examples(config, task, split), config.max_eval_samples)
-            for split in task.eval_splits
-        }
         model, tokenizer = resolve_model(
             config.model,
             num_labels=task.num_labels,
             is_regression=task.is_regression,
             head_dropout=task.head_dropout,
             seed=config.seed,
+            dropout=config.dropout,
         )
-        device = resolve_device(config.device)
+        data = data or prepare_data(config, task, tokenizer)
+        device = resolve_device(config.device, ranks)
         model.to(device)
         if config.compile:
             compile_encoder(model)
-        train = encode(train_examples, tokenizer, config.max_seq_length, task.is_regression)
-        evals = {
-            split: encode(ex, tokenizer, config.max_seq_length, task.is_regression)
-            for split, ex in eval_examples.items()
-        }
-        return cls(config, task, train, evals, model, tokenizer, device)
+        return cls(config, task, data.train, data.evals, model, tokenizer, device, ranks)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """The batches (lists of example indices) of `epoch`, the same on every call."""

@@ -44,6 +44,7 @@ from worker.tune.outcomes import collect_outcomes, main_metric_of
 from worker.tune.progress import LiveTable
 from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
+from worker.tune.shared_data import share_data
 from worker.tune.summary import build_summary, summary_metrics
 from worker.tune.telemetry import system_metrics_interval
 from worker.tune.tracking import (
@@ -183,7 +184,10 @@ def run_sweep(
     context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()),
                            system_metrics_interval=system_metrics_interval())  # fmt: skip
     resolver = TrialResolver(axes)
-    trainable = tune.with_resources(tune.with_parameters(train_trial, context=context), resources(spec))
+    shared = share_data(trials)  # read and tokenised once here, not once per trial
+    trainable = tune.with_resources(
+        tune.with_parameters(train_trial, context=context, shared_data=shared), resources(spec)
+    )
     space = param_space(spec, trials)
     if resuming:
         for note in ensure_restorable(path):

@@ -38,8 +38,7 @@ from worker.contract.sources import classify, glue_dir
 from worker.contract.tasks import LABEL_COLUMN, TaskSpec
 from worker.contract.trial import TrainConfig
 from worker.training.data import Example
-from worker.training.sampling import subsample, take_first
-from worker.training.session import load_split_examples
+from worker.training.prepared import train_examples
 from worker.training.trial_data import data_files
 from worker.tune.tracking import retrying
 
@@ -52,15 +51,6 @@ SHA256_TAG = "smartune.sha256"
 
 
 # --- the training data ------------------------------------------------------------------------------
-
-
-def train_examples(config: TrainConfig, task: TaskSpec) -> list[Example]:
-    """The examples a training session of `config` trains on: `TrainingSession.build`'s selection (the first
-    `max_train_samples`, then the seeded `train_fraction`)."""
-    examples = take_first(load_split_examples(config, task, task.train_split), config.max_train_samples)
-    if config.train_fraction < 1:
-        examples = subsample(examples, config.train_fraction, config.fraction_seed)
-    return examples
 
 
 def examples_sha256(task: TaskSpec, split: str, examples: Sequence[Example]) -> str:
@@ -112,8 +102,15 @@ def training_dataset(config: TrainConfig, task: TaskSpec, examples: Sequence[Exa
     return dataset, sha256
 
 
-def log_training_data(client: MlflowClient, run_id: str, config: TrainConfig, task: TaskSpec) -> None:
-    """The training examples as the run's dataset input (context `training`), unless it has it already."""
+def log_training_data(
+    client: MlflowClient,
+    run_id: str,
+    config: TrainConfig,
+    task: TaskSpec,
+    examples: Sequence[Example] | None = None,
+) -> None:
+    """The training examples (`examples`, else read again) as the run's dataset input (context
+    `training`), unless it has it already."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -122,7 +119,8 @@ def log_training_data(client: MlflowClient, run_id: str, config: TrainConfig, ta
         inputs = retrying(lambda: client.get_run(run_id)).inputs
         if inputs is not None and any(d.dataset.name == name for d in inputs.dataset_inputs or []):
             return  # a restart: the same config read the same data
-        dataset, sha256 = training_dataset(config, task, train_examples(config, task))
+        examples = train_examples(config, task) if examples is None else examples
+        dataset, sha256 = training_dataset(config, task, examples)
         entity = Dataset(**dataset.to_dict())
         tags = [InputTag(MLFLOW_DATASET_CONTEXT, "training"), InputTag(SHA256_TAG, sha256)]
         retrying(lambda: client.log_inputs(run_id, datasets=[DatasetInput(entity, tags)]))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,20 +42,16 @@ from worker.contract.tags import (
     ERROR_MESSAGE,
     MODEL_ERROR,
     MODEL_URI,
-    PROVENANCE_PREFIX,
-    RESTORE_NOTE,
-    RESUMED_FROM_EPOCH,
-    STARTS,
-    STATE,
 )
 from worker.contract.trial import TrainConfig
 from worker.training.finetune import RunCallbacks, run_training, save_checkpoint
-from worker.training.models import describe_model, model_digest
-from worker.training.provenance import environment, files_digest
+from worker.training.models import model_digest
+from worker.training.parallel import data_parallel
+from worker.training.prepared import PreparedData, data_key
 from worker.training.session import TrainingSession
-from worker.training.trial_data import data_files
 from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state, writing
 from worker.tune.registry import log_best_model
+from worker.tune.run_tags import provenance_tags, start_tags
 from worker.tune.telemetry import DEFAULT_INTERVAL, log_training_data, system_metrics
 from worker.tune.tracking import (
     TrackingTarget,
@@ -100,23 +96,6 @@ def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str
     out |= {f"eval_{k}": float(v) for k, v in record["metrics"].items()}
     out |= {f"train_{k}": float(v) for k, v in record["components"].items() if k != "loss"}
     return out
-
-
-def _provenance_tags(session: TrainingSession, config: TrainConfig, initial_digest: str) -> dict[str, Any]:
-    env = environment(session.device, config.deterministic)
-    files = data_files(config, session.task)
-    tags = {f"{PROVENANCE_PREFIX}{k}": v for k, v in env.items()}
-    tags |= {
-        f"{PROVENANCE_PREFIX}seed": config.seed,
-        f"{PROVENANCE_PREFIX}data_source": config.data,
-        f"{PROVENANCE_PREFIX}data_files": json.dumps([str(p) for p in files]),
-        f"{PROVENANCE_PREFIX}data_sha256": files_digest(files) if files else "n/a (hub dataset)",
-        f"{PROVENANCE_PREFIX}initial_model_sha256": initial_digest,
-        f"{PROVENANCE_PREFIX}model_source": json.dumps(describe_model(config.model), default=str),
-    }
-    if "git_commit" in env:
-        tags["mlflow.source.git.commit"] = env["git_commit"]
-    return tags
 
 
 def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> None:
@@ -169,15 +148,34 @@ def run_trial(
     run: Run,
     restored: RestorePoint,
     report: Reporter = tune_reporter,
+    data: PreparedData | None = None,
 ) -> None:
     """Trains one trial to its last epoch: its training data as a dataset input, MLflow metrics and best
     checkpoint per epoch, `report` with the full session state (what a retry restores; outside Tune,
-    `report` stores it elsewhere), and at the end the best checkpoint as a transformers-flavour model."""
-    run_id = run.info.run_id
+    `report` stores it elsewhere), and at the end the best checkpoint as a transformers-flavour model.
+    `data`: the trial's data as its sweep prepared it (else the session reads and tokenises it)."""
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the job log
-    session = TrainingSession.build(config)
-    set_tags(client, run_id, _provenance_tags(session, config, model_digest(session.model)))
-    log_training_data(client, run_id, config, session.task)
+    state = restored.state["session"] if restored.state is not None else None
+    # With `workers` > 1 the other ranks train beside this process (rank 0), which alone reports.
+    with data_parallel(config, state, data) as ranks:
+        started = time.perf_counter()
+        session = TrainingSession.build(config, ranks, data)
+        log_metrics(client, run.info.run_id, {"setup_seconds": time.perf_counter() - started}, step=0)
+        _run_rank0(config, client, run, restored, report, session, data)
+
+
+def _run_rank0(
+    config: TrainConfig,
+    client: MlflowClient,
+    run: Run,
+    restored: RestorePoint,
+    report: Reporter,
+    session: TrainingSession,
+    data: PreparedData | None,
+) -> None:
+    run_id = run.info.run_id
+    set_tags(client, run_id, provenance_tags(session, config, model_digest(session.model)))
+    log_training_data(client, run_id, config, session.task, data.train_examples if data else None)
     history: list[dict[str, Any]] = []
     if restored.state is not None:
         session.load_state_dict(restored.state["session"])
@@ -242,31 +240,13 @@ def open_run(context: TrialContext, trial_id: str, trial: ResolvedTrial) -> tupl
     return client, run
 
 
-def start_tags(
-    run: Run,
-    attempt: int,
-    restored: RestorePoint,
-    resources: Mapping[str, float],
-    gpu_ids: list[Any],
-) -> dict[str, Any]:
-    """Tags of a (re)start: RUNNING, which attempt, how many starts, from which epoch, where it runs,
-    and, when the checkpoint Tune named was unusable, what the trial did instead."""
-    return {
-        STATE: "RUNNING",
-        ATTEMPT: attempt,
-        STARTS: int(run.data.tags.get(STARTS, "0")) + 1,
-        RESUMED_FROM_EPOCH: restored.epochs_done,
-        RESTORE_NOTE: restored.note or None,
-        "smartune.pid": os.getpid(),
-        "smartune.host": socket.gethostname(),
-        "smartune.node_id": ray.get_runtime_context().get_node_id(),  # which Ray node (hosts may run several)
-        "smartune.resources": json.dumps(resources, sort_keys=True),
-        "smartune.gpu_ids": json.dumps([str(i) for i in gpu_ids]),
-    }
+def train_trial(
+    config: dict[str, Any], context: TrialContext, shared_data: Mapping[str, Any] | None = None
+) -> None:
+    """Tune's function trainable (bind `context` and `shared_data` with `tune.with_parameters`).
 
-
-def train_trial(config: dict[str, Any], context: TrialContext) -> None:
-    """Tune's function trainable (bind `context` with `tune.with_parameters`)."""
+    `shared_data` maps a `data_key` to the object-store reference of its PreparedData (worker.tune.
+    shared_data): a trial whose key is there fetches its data instead of reading and tokenising it."""
     os.environ.update(dict(context.environment))  # before anything is read: confined like the driver
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
@@ -283,7 +263,9 @@ def train_trial(config: dict[str, Any], context: TrialContext) -> None:
     _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
     with system_metrics(run.info.run_id, context.target.tracking_uri, context.system_metrics_interval):
         try:
-            run_trial(trial.config, client, run, restored)
+            key = data_key(trial.config)
+            data = ray.get(shared_data[key]) if shared_data and key in shared_data else None
+            run_trial(trial.config, client, run, restored, data=data)
         except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
             error_class, message = diagnose(err)  # here, where the process's own state can still tell
             set_tags(

@@ -56,6 +56,11 @@ def test_canonical_json_and_hash_ignore_spelling_but_not_content() -> None:
          "finite bounds"),
         ({"task": "rte", "seeds": [2**32]}, "seeds.0"),
         ({"task": "rte", "seeds": [-1]}, "seeds.0"),
+        ({"task": "rte", "training": {"workers": 2}, "resources": {"gpus": 4}}, "training.workers"),
+        ({"task": "rte", "training": {"workers": 2}, "resources": {"gpus": 0.5}}, "training.workers"),
+        ({"task": "rte", "training": {"workers": 0}}, "training.workers"),
+        ({"task": "rte", "training": {"workers": 16, "batch_size": 8}}, "invalid value for workers"),
+        ({"task": "rte", "training": {"dropout": 1.0}}, "training.dropout"),
     ],
 )  # fmt: skip
 def test_invalid_specs_name_the_field(document: dict[str, Any], field: str) -> None:
@@ -163,3 +168,12 @@ def test_a_copy_with_changes_is_hashed_afresh() -> None:
     changed = spec.model_copy(update={"seeds": [3]})
     assert changed.spec_hash() != before and len(changed.trials()) == 1 and len(trials) == 2
     assert spec.model_copy() == spec and spec.model_copy().spec_hash() == before
+
+
+def test_a_trial_with_several_gpus_trains_on_as_many_ranks() -> None:
+    """`resources.gpus: N` (N > 1) makes N data-parallel ranks unless the spec says otherwise; CPU ranks
+    (gloo) are asked for explicitly."""
+    assert {t["workers"] for t in _spec(resources={"gpus": 2}).trials()} == {2}
+    assert {t["workers"] for t in _spec(resources={"gpus": 1}).trials()} == {1}
+    assert {t["workers"] for t in _spec(training={"workers": 2}).trials()} == {2}
+    assert _spec(resources={"gpus": 2}).spec_hash() != _spec(resources={"gpus": 1}).spec_hash()

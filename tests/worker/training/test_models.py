@@ -256,3 +256,26 @@ def test_model_digest_tracks_every_weight() -> None:
         model.bert.encoder.layer[1].output.dense.bias[0] += 1e-6
     assert model_digest(model) != before
     assert model_digest(model.to(torch.bfloat16)) != before  # every dtype hashes
+
+
+def test_dropout_sets_every_dropout_of_the_model(tmp_path: Path) -> None:
+    """`dropout` replaces the encoder's hidden and attention dropout and the head's, on a built and on a
+    loaded model; an architecture without the BERT family's fields is refused, naming them."""
+    model = _tiny(dropout=0.0)
+    assert (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob) == (0.0, 0.0)
+    assert model.config.classifier_dropout == 0.0
+    assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    loaded, tokenizer = resolve_model(MINILM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.1,
+                                      seed=0, dropout=0.25)  # fmt: skip
+    assert {m.p for m in loaded.modules() if isinstance(m, torch.nn.Dropout)} == {0.25}
+
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    other = tmp_path / "distil"
+    DistilBertForSequenceClassification(
+        DistilBertConfig(vocab_size=len(tokenizer), dim=32, hidden_dim=64, n_layers=1, n_heads=2)
+    ).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ValueError, match="dropout: .*DistilBertConfig.*hidden_dropout_prob"):
+        resolve_model(str(other), num_labels=2, is_regression=False, head_dropout=0.1, seed=0, dropout=0.0)
+    resolve_model(str(other), num_labels=2, is_regression=False, head_dropout=0.1, seed=0)  # unset: fine

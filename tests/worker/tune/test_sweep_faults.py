@@ -55,27 +55,32 @@ class Killer(threading.Thread):
             time.sleep(0.05)
 
 
+@pytest.mark.parametrize("gpus", [0, 2], ids=["one-rank", "two-ranks"])
 def test_killed_trial_resumes_from_checkpoint_and_matches_its_twin(
-    ray_cluster: Any, sweep_settings: Settings, tiny_spec: Any, job_runs: Any, metric_history: Any
+    ray_cluster: Any, sweep_settings: Settings, tiny_spec: Any, job_runs: Any, metric_history: Any, gpus: int
 ) -> None:
-    epochs = 4
+    """With 2 (logical) GPUs per trial the trial trains on 2 data-parallel ranks (gloo on this CPU machine):
+    killing rank 0 ends its follower too, and the retry restarts both from the checkpoint."""
+    epochs, job_id = 4, f"kill-{gpus}"
     document = tiny_spec(training={"epochs": epochs, "max_train_samples": 256},
+                         resources={"cpus": 1, "gpus": gpus},
                          limits={"max_concurrent_trials": 1, "max_retries": 1})  # fmt: skip
     spec = JobSpec.model_validate(document)
-    killer = Killer(sweep_settings, "kill-1", after=2, epochs=epochs)
+    killer = Killer(sweep_settings, job_id, after=2, epochs=epochs)
     killer.start()
-    summary = run_sweep(spec, job_id="kill-1", settings=sweep_settings)
+    summary = run_sweep(spec, job_id=job_id, settings=sweep_settings)
     killer.join(timeout=5)
     assert killer.killed, "the trial finished before it could be killed"
 
     assert summary["trials_by_state"]["TERMINATED"] == 1
-    _, children = job_runs("kill-1")
+    _, children = job_runs(job_id)
     assert len(children) == 1  # the retry continued the same MLflow run
     run = children[0]
     tags = run.data.tags
     assert run.info.run_id == killer.killed["run_id"] and run.info.status == "FINISHED"
     assert tags["smartune.starts"] == "2" and tags["smartune.failures"] == "1"
     assert tags["smartune.last_error_class"] == "infra" and tags["smartune.state"] == "TERMINATED"
+    assert tags["smartune.prov.workers"] == str(max(1, gpus))
     resumed = int(tags["smartune.resumed_from_epoch"])
     assert 1 <= resumed <= killer.killed["after_epoch"]  # from its checkpoint, not from scratch
     assert int(tags["smartune.pid"]) != killer.killed["pid"]
