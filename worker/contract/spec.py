@@ -202,8 +202,14 @@ class JobSpec(StrictModel):
         return self
 
     def _check_workers(self) -> None:
-        """Data-parallel ranks on GPUs take one whole GPU each: as many ranks as GPUs per trial."""
-        workers, gpus = self.base_values()["workers"], self.resources.gpus
+        """Data-parallel ranks on GPUs take one whole GPU each: as many ranks as GPUs per trial; on CPU,
+        at least one of the trial's CPUs each."""
+        workers, gpus, cpus = self.base_values()["workers"], self.resources.gpus, self.resources.cpus
+        if not gpus and workers > cpus:
+            raise ValueError(
+                f"training.workers: {workers} CPU ranks need at least {workers} CPUs per trial (resources.cpus "
+                f"is {cpus:g})"
+            )
         if gpus and workers > 1 and workers != gpus:
             raise ValueError(
                 f"training.workers: {workers} ranks of a trial take one GPU each, but resources.gpus is {gpus:g}; "

@@ -58,8 +58,10 @@ def test_canonical_json_and_hash_ignore_spelling_but_not_content() -> None:
         ({"task": "rte", "seeds": [-1]}, "seeds.0"),
         ({"task": "rte", "training": {"workers": 2}, "resources": {"gpus": 4}}, "training.workers"),
         ({"task": "rte", "training": {"workers": 2}, "resources": {"gpus": 0.5}}, "training.workers"),
+        ({"task": "rte", "training": {"workers": 2}, "resources": {"cpus": 1}}, "training.workers: 2 CPU ranks"),
         ({"task": "rte", "training": {"workers": 0}}, "training.workers"),
-        ({"task": "rte", "training": {"workers": 16, "batch_size": 8}}, "invalid value for workers"),
+        ({"task": "rte", "training": {"workers": 16, "batch_size": 8}, "resources": {"cpus": 16}},
+         "invalid value for workers"),
         ({"task": "rte", "training": {"dropout": 1.0}}, "training.dropout"),
     ],
 )  # fmt: skip
@@ -175,5 +177,5 @@ def test_a_trial_with_several_gpus_trains_on_as_many_ranks() -> None:
     (gloo) are asked for explicitly."""
     assert {t["workers"] for t in _spec(resources={"gpus": 2}).trials()} == {2}
     assert {t["workers"] for t in _spec(resources={"gpus": 1}).trials()} == {1}
-    assert {t["workers"] for t in _spec(training={"workers": 2}).trials()} == {2}
+    assert {t["workers"] for t in _spec(training={"workers": 2}, resources={"cpus": 2}).trials()} == {2}
     assert _spec(resources={"gpus": 2}).spec_hash() != _spec(resources={"gpus": 1}).spec_hash()
