@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -97,6 +98,25 @@ def describe_model(name: str) -> dict[str, Any]:
             info["tokenizer_path"] = location
             info["config"] = dict(alias.config)
     return info
+
+
+def source_digest(name: str) -> str:
+    """What `name` loads before any seeded initialisation, as a digest an audit can check again: sha256 over
+    a local or packaged checkpoint's files (weights, config, tokenizer; names and bytes, sorted), or over
+    the random alias's dimensions and its tokenizer's files; `hub:<id>` for a hub model (not checkable
+    offline). Unlike `model_digest` of the initial weights, it does not depend on the trial's seed."""
+    kind, location = _resolve_source(name)
+    if kind == "hub":
+        return f"hub:{location}"
+    digest = hashlib.sha256()
+    if kind == "random":
+        digest.update(json.dumps(MODEL_ALIASES[name].config, sort_keys=True).encode())
+    for path in sorted(p for p in Path(location).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(location)).encode() + b"\0")
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):  # noqa: B023 (used at once)
+                digest.update(block)
+    return digest.hexdigest()
 
 
 class _HoldLoadReport(logging.Filter):

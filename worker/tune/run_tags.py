@@ -15,11 +15,18 @@ from mlflow.entities import Run
 
 from worker.contract.tags import ATTEMPT, PROVENANCE_PREFIX, RESTORE_NOTE, RESUMED_FROM_EPOCH, STARTS, STATE
 from worker.contract.trial import TrainConfig
-from worker.training.models import describe_model
+from worker.training.models import describe_model, source_digest
 from worker.training.provenance import environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
 from worker.tune.checkpoints import RestorePoint
+
+
+def config_json(config: TrainConfig) -> str:
+    """The trial's whole TrainConfig as JSON (not the resolved method: `method_overrides` rebuild it)."""
+    values = config.to_dict()
+    values.pop("resolved_method", None)
+    return json.dumps(values, sort_keys=True)
 
 
 def provenance_tags(session: TrainingSession, config: TrainConfig, initial_digest: str) -> dict[str, Any]:
@@ -28,11 +35,13 @@ def provenance_tags(session: TrainingSession, config: TrainConfig, initial_diges
     tags = {f"{PROVENANCE_PREFIX}{k}": v for k, v in env.items()}
     tags |= {
         f"{PROVENANCE_PREFIX}seed": config.seed,
+        f"{PROVENANCE_PREFIX}config": config_json(config),  # what an audit re-runs (worker.tune.audit)
         f"{PROVENANCE_PREFIX}workers": session.ranks.world,
         f"{PROVENANCE_PREFIX}data_source": config.data,
         f"{PROVENANCE_PREFIX}data_files": json.dumps([str(p) for p in files]),
         f"{PROVENANCE_PREFIX}data_sha256": files_digest(files) if files else "n/a (hub dataset)",
         f"{PROVENANCE_PREFIX}initial_model_sha256": initial_digest,
+        f"{PROVENANCE_PREFIX}model_source_sha256": source_digest(config.model),
         f"{PROVENANCE_PREFIX}model_source": json.dumps(describe_model(config.model), default=str),
     }
     if "git_commit" in env:
