@@ -78,18 +78,22 @@ def length_grouped_batches(
     lengths: Sequence[int],
     batch_size: int,
     generator: torch.Generator,
-    mega_batch_mult: int = 50,
+    mega_batch_mult: int | None = None,
     longest_first: bool = True,
 ) -> list[list[int]]:
     """One epoch of batches (lists of example indices) grouping examples of similar length.
 
     Shuffle all indices with ``generator``, cut them into mega-batches of ``batch_size *
     mega_batch_mult``, sort each mega-batch by length (longest first), cut it into batches and
-    shuffle the batch order. With ``longest_first`` the batch holding the longest sequence is moved
+    shuffle the batch order. ``mega_batch_mult`` defaults to 50, fewer when that would leave fewer than
+    four mega-batches (as Hugging Face's ``LengthGroupedSampler``): a set smaller than one mega-batch
+    would be sorted whole, and every epoch would train on the same batches, only in another order. With ``longest_first`` the batch holding the longest sequence is moved
     to the front (as Hugging Face does), so an out-of-memory error shows in the first step, not
     hours in. Only the last batch can be smaller than ``batch_size``. Deterministic for a given
     generator state; the generator advances, so successive epochs differ.
     """
+    if mega_batch_mult is None:
+        mega_batch_mult = max(1, min(50, len(lengths) // max(1, batch_size * 4)))
     if batch_size < 1 or mega_batch_mult < 1:
         raise ValueError(f"batch_size and mega_batch_mult must be >= 1, got {batch_size}, {mega_batch_mult}")
     order = torch.randperm(len(lengths), generator=generator).tolist()

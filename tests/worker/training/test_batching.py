@@ -124,6 +124,28 @@ def test_grouped_batches_pad_much_less_than_random_ones() -> None:
     assert grouped_waste < random_waste / 5
 
 
+def test_a_small_set_is_regrouped_every_epoch() -> None:
+    """1,000 examples at batch 32 (the paper's low-resource regime): with one mega-batch of 50 x 32 the set
+    was sorted whole, and every epoch trained on nearly the same batches; now the batches change between
+    epochs while still grouping by length (ties in length are all that varied before)."""
+    lengths = LENGTHS[:1000]
+
+    def repeated_pairs(mult: int | None) -> float:
+        """The share of the pairs of examples batched together in epoch 1 that are again in epoch 2."""
+        generator = torch.Generator().manual_seed(0)
+        epochs = [length_grouped_batches(lengths, 32, generator, mega_batch_mult=mult) for _ in range(2)]
+        pairs = [{(a, b) for batch in batches for a in batch for b in batch if a < b} for batches in epochs]
+        return len(pairs[0] & pairs[1]) / len(pairs[0])
+
+    assert repeated_pairs(50) > 0.8  # the failure mode: nearly the same batches, epoch after epoch
+    assert repeated_pairs(None) < 0.2
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    random_waste = padding_ratio(lengths, [order[i : i + 32] for i in range(0, len(order), 32)])
+    grouped_waste = padding_ratio(lengths, length_grouped_batches(lengths, 32, generator))
+    assert grouped_waste < random_waste / 2  # still far less padding than random batches
+
+
 def test_small_inputs_and_sequential_batches() -> None:
     assert length_grouped_batches([5, 3, 9], 8, torch.Generator().manual_seed(0)) == [[2, 0, 1]]
     assert length_grouped_batches([], 8, torch.Generator()) == []
