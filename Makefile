@@ -8,13 +8,22 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
 
-.PHONY: install run stop test test-all bench mutation lint format clean
+.PHONY: install lock run stop test test-all bench mutation lint format clean
 
-$(STAMP): pyproject.toml
+# The versions come from the lock (constraints: what pyproject.toml's ranges resolved to at `make lock`).
+$(STAMP): pyproject.toml requirements-dev.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench,postgres]'
+	$(BIN)/python -m pip install -q --constraint requirements-dev.lock -e '.[dev,bench,postgres]'
 	touch $(STAMP)
+
+# Re-resolves the locks from pyproject.toml's ranges (needs the package index): requirements.lock for
+# deployments (the images install with it), requirements-dev.lock for `make install`. torch is pinned in
+# pyproject.toml itself and left out: its CPU, CUDA and macOS builds come from different indexes.
+LOCK_FLAGS := --python-version 3.11 --universal --no-emit-package torch --quiet
+lock: install
+	$(BIN)/uv pip compile pyproject.toml --extra postgres $(LOCK_FLAGS) -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --extra postgres $(LOCK_FLAGS) -o requirements-dev.lock
 
 install: $(STAMP)
 
@@ -58,6 +67,8 @@ bench: install
 	$(BIN)/smartune bench load | tee bench/results/load.json
 	$(BIN)/smartune bench sweep --model minilm-l6 --task rte --trainings 8 --min-seconds 120 \
 	  | tee bench/results/orchestration.json
+	$(BIN)/smartune bench dashboard --trials 500 --epochs 10 --out bench/results/dashboard.json
+	$(BIN)/smartune bench startup --json | tee bench/results/startup.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out mutants

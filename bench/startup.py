@@ -64,7 +64,7 @@ def measure(task: str, model: str, max_seq_length: int, repeats: int) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="smartune bench startup", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="rte,sst2")
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--max-seq-length", type=int, default=128)

@@ -100,6 +100,22 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
     load.add_argument("--databases", default="sqlite,postgresql", help="job stores to run against, in turn")
     load.set_defaults(handler=run_load)
 
+    # Benchmarks with their own options (`smartune bench dashboard --help`): the arguments pass through.
+    for name, help_text in (
+        (
+            "dashboard",
+            "the job page of a 500-trial x 10-epoch sweep in headless Chromium (bench/dashboard.py)",
+        ),
+        (
+            "startup",
+            "a trial's start-up with and without the sweep's shared tokenised data (bench/startup.py)",
+        ),
+    ):
+        # `+` as the only prefix: every `--option` is a plain word here, handed on to the benchmark.
+        passthrough = kinds.add_parser(name, help=help_text, add_help=False, prefix_chars="+")
+        passthrough.add_argument("args", nargs="*", help="the benchmark's own options")
+        passthrough.set_defaults(handler=run_passthrough, bench_module=f"bench.{name}")
+
 
 def run_step(args: argparse.Namespace) -> int:
     from bench.step import main
@@ -123,6 +139,13 @@ def run_load(args: argparse.Namespace) -> int:
     from bench.load import main
 
     return main(args)
+
+
+def run_passthrough(args: argparse.Namespace) -> int:
+    import importlib
+
+    main = importlib.import_module(args.bench_module).main
+    return int(main(list(args.args)))
 
 
 def run_sweep(args: argparse.Namespace) -> int:

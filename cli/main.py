@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from cli import (
     admin_cmd,
+    audit_cmd,
     bench_cmd,
     client_cmd,
     completion_cmd,
@@ -27,6 +28,7 @@ _SUBCOMMANDS: tuple[Registrar, ...] = (
     bench_cmd.register,
     serve_cmd.register,
     client_cmd.register,
+    audit_cmd.register,
     view_cmd.register,
     admin_cmd.register,
     migrate_cmd.register,

@@ -134,6 +134,20 @@ class Settings(BaseSettings):
         description="bearer token that may read /metrics (Prometheus' scrape `authorization`) besides admin "
         "keys; unset = admin keys only",
     )
+    # The dashboard (service.dashboard): an API key is exchanged for a signed session cookie.
+    dashboard_secret: str | None = Field(
+        None,
+        repr=False,
+        exclude=True,
+        description="signs the dashboard's session cookies and CSRF tokens (at least 32 characters); unset = "
+        "a random one per process in development (sessions end at restart), the dashboard off in production",
+    )
+    dashboard_session_ttl_s: float = Field(
+        8 * 3600.0, gt=0, le=30 * 86400.0, description="seconds a dashboard login lasts"
+    )
+    dashboard_secure_cookie: bool | None = Field(
+        None, description="the session cookie's Secure flag; unset = when the request came over https"
+    )
 
     @model_validator(mode="after")
     def _no_default_secrets(self) -> Settings:
@@ -220,6 +234,7 @@ DEFAULT_SECRETS = frozenset(
 
 # A bearer token of the deployment's own (the metrics token): long enough not to be guessed.
 MIN_TOKEN_CHARS = 16
+MIN_DASHBOARD_SECRET_CHARS = 32  # an HMAC-SHA256 key: 32 characters of a random string or more
 
 
 def _is_default(secret: str | None) -> bool:
@@ -248,6 +263,14 @@ def _secret_problems(settings: Settings) -> list[str]:
         problems.append(
             f"SMARTUNE_METRICS_TOKEN is empty, a default or shorter than {MIN_TOKEN_CHARS} characters "
             "(unset it to let admin keys only read /metrics)"
+        )
+    if settings.dashboard_secret is not None and (
+        _is_default(settings.dashboard_secret)
+        or len(settings.dashboard_secret.strip()) < MIN_DASHBOARD_SECRET_CHARS
+    ):
+        problems.append(
+            f"SMARTUNE_DASHBOARD_SECRET is empty, a default or shorter than {MIN_DASHBOARD_SECRET_CHARS} "
+            "characters (unset, the dashboard is off in production)"
         )
     return problems
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import security
@@ -150,14 +150,31 @@ def get_job_by_idempotency_key(*, session: Session, team_id: int, key: str) -> J
 
 
 def list_jobs(
-    *, session: Session, team_id: int | None, states: Sequence[str], limit: int, offset: int
+    *,
+    session: Session,
+    team_id: int | None,
+    states: Sequence[str],
+    limit: int,
+    offset: int,
+    text: str | None = None,
 ) -> tuple[Sequence[Job], int]:
-    """A page of jobs, newest first, and the total count matching the filters."""
+    """A page of jobs, newest first, and the total count matching the filters. `text` matches a part of
+    the job's id or name, or its team's name, case-insensitively (`%` and `_` are literal)."""
     where = []
     if team_id is not None:
         where.append(Job.team_id == team_id)
     if states:
         where.append(Job.state.in_(states))
+    if text:
+        pattern = "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        team_ids = select(Team.id).where(func.lower(Team.name).like(pattern, escape="\\"))
+        where.append(
+            or_(
+                func.lower(Job.id).like(pattern, escape="\\"),
+                func.lower(Job.name).like(pattern, escape="\\"),
+                Job.team_id.in_(team_ids),
+            )
+        )
     count = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
     query = select(Job).where(*where).order_by(Job.created_at.desc(), Job.id).limit(limit).offset(offset)
     return session.scalars(query).all(), count
@@ -181,6 +198,30 @@ def count_team_jobs(*, session: Session, team_id: int, states: Sequence[str]) ->
 
 def job_trials(*, session: Session, job_id: str) -> Sequence[Trial]:
     return session.scalars(select(Trial).where(Trial.job_id == job_id).order_by(Trial.trial_id)).all()
+
+
+def trial_progress(*, session: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per job: its trials by state, and `epochs` (the epochs they have finished, summed)."""
+    out: dict[str, dict[str, int]] = {job_id: {"epochs": 0} for job_id in job_ids}
+    if not job_ids:
+        return out
+    query = (
+        select(Trial.job_id, Trial.state, func.count(), func.coalesce(func.sum(Trial.last_epoch), 0))
+        .where(Trial.job_id.in_(job_ids))
+        .group_by(Trial.job_id, Trial.state)
+    )
+    for job_id, state, n, epochs in session.execute(query):
+        out[job_id][state] = int(n)
+        out[job_id]["epochs"] += int(epochs or 0)
+    return out
+
+
+def recent_transitions(*, session: Session, team_id: int | None, limit: int) -> Sequence[Transition]:
+    """The latest job transitions (the scheduler's and the engine's decisions), newest first."""
+    query = select(Transition).order_by(Transition.id.desc()).limit(limit)
+    if team_id is not None:
+        query = query.join(Job, Job.id == Transition.job_id).where(Job.team_id == team_id)
+    return session.scalars(query).all()
 
 
 def job_attempts(*, session: Session, job_id: str) -> Sequence[Attempt]:

@@ -14,11 +14,11 @@ import shlex
 from sqlalchemy import bindparam, update
 from sqlalchemy.orm import Session
 
-from service import crud, pool
+from service import audits, crud, pool
 from service.config import Settings
 from service.db import Database, utcnow
 from service.http.logs import bound_job
-from service.models import Attempt, AttemptState, Job, JobState, submission_id
+from service.models import Attempt, AttemptState, Job, JobKind, JobState, submission_id
 from service.ray_jobs import RayJobError, RayJobExists, RayJobs, RayUnavailable
 from service.scheduler import Plan, Resources
 from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
@@ -36,6 +36,8 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
     allows some of it (the spec's hub ids were checked against that list at submission)."""
     python = settings.entrypoint_python or "python"
     entrypoint = f"{shlex.quote(python)} -m {settings.sweep_module} --job-id {job.id} --attempt {number}"
+    if job.kind == JobKind.AUDIT:
+        entrypoint = audits.entrypoint(job, python)
     offline = "0" if settings.hub_allow else "1"
     env = {
         "SMARTUNE_JOB_SPEC": job.spec_json,
@@ -121,6 +123,7 @@ class Dispatcher:
             if job is None or job.state != JobState.DISPATCHED or job.attempt != number:
                 return  # cancelled meanwhile
             entrypoint, env, metadata = submission(job, number, self.settings)
+            job_kind, cpus, gpus = job.kind, job.cpus_per_trial, job.gpus_per_trial
         this_attempt = lambda j: j.attempt == number  # noqa: E731
         try:
             self.ray.submit(
@@ -128,6 +131,7 @@ class Dispatcher:
                 entrypoint=entrypoint,
                 env_vars=env,
                 metadata=metadata,
+                **driver_resources(job_kind, cpus, gpus),
             )
         except RayJobExists:
             pass  # accepted before (a lost reply, or a restart): it runs once
@@ -152,6 +156,14 @@ class Dispatcher:
         attempt.state, attempt.message, attempt.ended_at = AttemptState.FAILED, error, utcnow()
         job.message = f"Ray refused the job: {error}"
         crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
+
+
+def driver_resources(kind: str, cpus: float, gpus: float) -> dict[str, float]:
+    """What the Ray job's driver reserves: nothing for a sweep (its trials reserve theirs through Tune);
+    an audit re-trains in its driver, so it holds a trial's CPUs and GPUs (a GPU trial's audit gets one)."""
+    if kind == JobKind.AUDIT:
+        return {"entrypoint_cpus": cpus, "entrypoint_gpus": gpus}
+    return {}
 
 
 def mark_submitted(session: Session, job: Job) -> None:

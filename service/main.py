@@ -24,7 +24,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
-from service import crud, errors
+from service import crud, dashboard, errors
 from service.api.deps import KeyCache, Writer
 from service.api.main import api_router
 from service.api.routes import health, metrics
@@ -59,9 +59,9 @@ _HOME = """<!doctype html>
 <html><head><meta charset="utf-8"><title>smartune</title></head>
 <body>
 <h1>smartune</h1>
-<p>The control plane of robust fine-tuning sweeps (SMART) on a shared GPU pool.
-The sweep dashboard is not built yet; the REST API is.</p>
+<p>The control plane of robust fine-tuning sweeps (SMART) on a shared GPU pool.</p>
 <ul>
+<li><a href="/ui/jobs">The sweep dashboard</a> (sign in with an API key)</li>
 <li><a href="/docs">API documentation (Swagger UI)</a> &middot; <a href="/redoc">ReDoc</a>
  &middot; <a href="/openapi.json">OpenAPI document</a></li>
 <li>API root: <code>/api/v1</code>; every endpoint but <code>/healthz</code> wants
@@ -182,6 +182,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(metrics.router)
     _add_pages(app)
+    dashboard.install(app, settings)  # after errors.install: its error pages wrap the JSON handler
     openapi.install(app, [JobSpec])
     return app
 
@@ -199,7 +200,7 @@ def _add_pages(app: FastAPI) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def read_home() -> HTMLResponse:
-        """A placeholder page until the dashboard exists: where the API documentation is."""
+        """The home page: where the dashboard and the API documentation are."""
         return _html(_HOME)
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)

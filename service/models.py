@@ -31,6 +31,11 @@ ACTIVE_STATES = (JobState.DISPATCHED, JobState.RUNNING)
 FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
+class JobKind(enum.StrEnum):
+    SWEEP = "sweep"
+    AUDIT = "audit"
+
+
 class AttemptState(enum.StrEnum):
     SUBMITTING = "SUBMITTING"  # recorded before the Ray call: a restart re-submits the same id
     SUBMITTED = "SUBMITTED"
@@ -102,6 +107,10 @@ class Job(Base):
     # The job ended but MLflow could not be read then: its summary and trials are fetched again later.
     summary_pending: Mapped[bool] = mapped_column(Boolean, default=False)
     best_value: Mapped[float | None] = mapped_column(Float)
+    # "sweep" (a job spec), or "audit": re-runs of `audit_of`'s recorded trials (service.audits), queued,
+    # scheduled and charged like any job; its summary is the audit report.
+    kind: Mapped[str] = mapped_column(String(16), default=JobKind.SWEEP, server_default=JobKind.SWEEP)
+    audit_of: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)  # FIFO key; kept on requeue
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -45,8 +45,18 @@ class RayJobInfo:
 
 class RayJobs(Protocol):
     def submit(
-        self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
-    ) -> None: ...
+        self,
+        *,
+        submission_id: str,
+        entrypoint: str,
+        env_vars: dict[str, str],
+        metadata: dict[str, str],
+        entrypoint_cpus: float = 0.0,
+        entrypoint_gpus: float = 0.0,
+    ) -> None:
+        """Start the job; `entrypoint_cpus`/`gpus` reserve resources for the driver process itself (a
+        sweep's driver reserves none: its trials do; an audit trains in its driver)."""
+        ...
 
     def info(self, submission_id: str) -> RayJobInfo | None:
         """The job's status, or None when Ray does not know the id (never submitted, or lost)."""
@@ -111,10 +121,21 @@ class JobSubmissionAdapter:
         return response
 
     def submit(
-        self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
+        self,
+        *,
+        submission_id: str,
+        entrypoint: str,
+        env_vars: dict[str, str],
+        metadata: dict[str, str],
+        entrypoint_cpus: float = 0.0,
+        entrypoint_gpus: float = 0.0,
     ) -> None:
-        body = {"entrypoint": entrypoint, "submission_id": submission_id,
-                "runtime_env": {"env_vars": env_vars}, "metadata": metadata}  # fmt: skip
+        body: dict[str, Any] = {"entrypoint": entrypoint, "submission_id": submission_id,
+                                "runtime_env": {"env_vars": env_vars}, "metadata": metadata}  # fmt: skip
+        if entrypoint_cpus:
+            body["entrypoint_num_cpus"] = entrypoint_cpus
+        if entrypoint_gpus:
+            body["entrypoint_num_gpus"] = entrypoint_gpus
         response = self._request("POST", "/api/jobs/", json=body)
         if response.status_code == 400 and "already exists" in response.text:
             raise RayJobExists(submission_id)

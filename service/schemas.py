@@ -167,6 +167,8 @@ class JobPublic(BaseModel):
     id: str
     name: str | None
     team: str
+    kind: str = Field("sweep", description="sweep (a job spec), or audit (re-runs of another job's trials)")
+    audit_of: str | None = Field(None, description="for an audit: the job whose trials it re-runs")
     state: str
     priority: int
     spec_hash: str
@@ -261,3 +263,27 @@ class ReadyPublic(BaseModel):
     status: str
     database: str
     ray: str
+
+
+class AuditRequest(BaseModel):
+    """Which of a finished job's trials to re-run, and how closely their metrics must agree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trials: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=20,
+        description="Tune trial ids of the job (its trials' `trial_id`); default: the best trial",
+    )
+    tolerance: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="absolute, per metric and epoch; default: exact for CPU trials (deterministic mode), "
+        "1e-3 for GPU trials",
+    )
+
+
+class AuditsPublic(BaseModel):
+    data: list[JobPublic] = Field(description="the job's audits, newest first (each a job of kind audit)")

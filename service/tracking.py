@@ -12,10 +12,12 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.series import Series, clean, downsample
 from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, STATE, TRIAL
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,12 @@ class JobRuns:
     trials: list[TrialRun]
 
 
+# Per trial id, per metric key: the metric's history (step = epoch), downsampled to the caller's max_points.
+Curves = dict[str, dict[str, Series]]
+FINAL_RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
+MAX_CACHED_HISTORIES = 200_000  # (run, metric) histories kept; a run's are re-read only when it moved on
+
+
 class Tracker(Protocol):
     """A job's runs live in its team's experiment (`experiment`; None = the deployment's default one)."""
 
@@ -54,6 +62,13 @@ class Tracker(Protocol):
 
     def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         """End the job's open runs with `status` (KILLED / FAILED); return how many."""
+        ...
+
+    def curves(
+        self, job_id: str, keys: Sequence[str], max_points: int, experiment: str | None = None
+    ) -> Curves:
+        """The history of each of `keys` for the latest run of every trial of the job, each series at
+        most `max_points` long (service.series.downsample); a trial lacks the keys it never logged."""
         ...
 
 
@@ -79,6 +94,8 @@ class MlflowTracker:
         self._client: Any = None
         self._experiment_ids: dict[str, str] = {}
         self._best: dict[str, tuple[int | None, float | None]] = {}  # run id -> (epoch seen, best score)
+        # (run id, key) -> (what the run looked like when read, the full cleaned history)
+        self._histories: dict[tuple[str, str], tuple[tuple[Any, ...], Series]] = {}
 
     @property
     def client(self) -> Any:
@@ -120,6 +137,16 @@ class MlflowTracker:
     def job_runs(self, job_id: str, experiment: str | None = None) -> JobRuns:
         runs = self._runs(job_id, experiment)
         parent = self._parent(runs)
+        trials = [self._trial(run) for run in self._latest_trial_runs(runs).values()]
+        return JobRuns(
+            experiment_id=self.ensure_experiment(experiment),
+            parent_run_id=parent.info.run_id if parent is not None else None,
+            trials=sorted(trials, key=lambda t: t.trial_id),
+        )
+
+    @staticmethod
+    def _latest_trial_runs(runs: list[Any]) -> dict[str, Any]:
+        """Trial id -> its run of the latest attempt (a requeued job's trials run again as new runs)."""
         latest: dict[str, Any] = {}
         for run in runs:
             tags = run.data.tags
@@ -133,12 +160,34 @@ class MlflowTracker:
                 current.info.start_time or 0,
             ):
                 latest[trial_id] = run
-        trials = [self._trial(run) for run in latest.values()]
-        return JobRuns(
-            experiment_id=self.ensure_experiment(experiment),
-            parent_run_id=parent.info.run_id if parent is not None else None,
-            trials=sorted(trials, key=lambda t: t.trial_id),
-        )
+        return latest
+
+    def curves(
+        self, job_id: str, keys: Sequence[str], max_points: int, experiment: str | None = None
+    ) -> Curves:
+        """One search for the job's runs, then `get_metric_history` per run and key, cached: a finished
+        run's history never changes, a running one's is read again once it logged another epoch."""
+        out: Curves = {}
+        for trial_id, run in self._latest_trial_runs(self._runs(job_id, experiment)).items():
+            logged = run.data.metrics
+            out[trial_id] = {
+                key: downsample(self._history(run, key), max_points) for key in keys if key in logged
+            }
+        return out
+
+    def _history(self, run: Any, key: str) -> Series:
+        run_id, metrics = run.info.run_id, run.data.metrics
+        # What changes whenever the run logs another point of `key`: its status, epoch and latest value.
+        seen = (run.info.status, metrics.get("epoch"), metrics.get(key))
+        cached = self._histories.get((run_id, key))
+        if cached is not None and (cached[0] == seen or cached[0][0] in FINAL_RUN_STATUSES):
+            return cached[1]
+        history = self.client.get_metric_history(run_id, key)
+        series = clean((int(m.step), float(m.value), int(m.timestamp)) for m in history)
+        if len(self._histories) >= MAX_CACHED_HISTORIES:
+            self._histories.clear()
+        self._histories[(run_id, key)] = (seen, series)
+        return series
 
     def _trial(self, run: Any) -> TrialRun:
         tags, metrics = run.data.tags, dict(run.data.metrics)

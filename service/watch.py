@@ -31,11 +31,11 @@ from service.config import Settings
 from service.db import Database, utcnow
 from service.dispatch import mark_submitted
 from service.http.logs import bound_job
-from service.models import ACTIVE_STATES, AttemptState, Job, JobState, submission_id
+from service.models import ACTIVE_STATES, AttemptState, Job, JobKind, JobState, submission_id
+from service.outcomes import NO_SUMMARY, record_audit, record_summary
 from service.ray_jobs import RAY_FINAL, RayJobs, RayUnavailable
 from service.sync import apply_runs, stop_open_trials
 from service.tracking import Tracker
-from worker.contract.outcome import completed_trials, no_result_reason
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -186,7 +186,12 @@ class Watcher:
             job = session.get(Job, job_id)
             if job is None or not job.summary_pending:
                 return
-            experiment = job.mlflow_experiment
+            experiment, kind, sid = job.mlflow_experiment, job.kind, job.submission_id
+        if kind == JobKind.AUDIT:  # its report is the Ray job's last line
+            report = self._summary(job_id, sid or "", experiment)
+            if report is not None:
+                self._update(job_id, lambda j: j.summary_pending, lambda s, j: record_audit(s, j, report))
+            return
         summary = self._mlflow(lambda: self.tracker.summary(job_id, experiment))
         if summary is None:
             return
@@ -267,31 +272,6 @@ class Watcher:
             stop_open_trials(session=session, job_id=job.id)
 
         self._update(job_id, lambda j: j.cleanup_pending, change)
-
-
-NO_SUMMARY: dict[str, Any] = {"no_summary": True}  # the driver ended well but left no summary anywhere
-
-
-def record_summary(session: Session, job: Job, summary: dict[str, Any] | None) -> None:
-    """A finished sweep's verdict: SUCCEEDED with at least one completed trial, FAILED with none or with no
-    summary at all; without a summary yet (MLflow unreachable), SUCCEEDED with the summary pending."""
-    if summary is NO_SUMMARY:  # not a sweep that ran (a driver that never reached its end, or not ours)
-        job.message = "the sweep driver exited without a summary: no trial result was recorded"
-        crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
-        stop_open_trials(session=session, job_id=job.id)
-        return
-    job.summary, job.summary_pending = summary, summary is None
-    best = (summary or {}).get("best") or {}
-    value = best.get("value") if isinstance(best, dict) else None
-    job.best_value = float(value) if isinstance(value, int | float) else None
-    counts = (summary or {}).get("trials_by_state", {})
-    if summary is not None and completed_trials(summary) == 0:
-        job.message = no_result_reason(summary)  # the states and the failed trials' classes and reasons
-        crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
-        stop_open_trials(session=session, job_id=job.id)
-        return
-    reason = f"sweep finished: {counts}" if summary is not None else "sweep finished; its summary is pending"
-    crud.set_state(session=session, job=job, state=JobState.SUCCEEDED, reason=reason)
 
 
 def _running(session: Session, job: Job) -> None:

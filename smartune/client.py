@@ -165,6 +165,26 @@ class Client:
         summary: dict[str, Any] = self._get(f"/jobs/{_seg(job_id)}/results")
         return summary
 
+    def audit(
+        self, job_id: str, trials: Iterable[str] | None = None, tolerance: float | None = None
+    ) -> dict[str, Any]:
+        """Queue an audit of a SUCCEEDED job: re-run `trials` (Tune trial ids; default: the best one) from
+        their MLflow records and compare every per-epoch metric (exactly on CPU, else within `tolerance`).
+        Returns the audit, a job of kind `audit`: `wait(audit["id"])`, then `results(audit["id"])` is
+        its report (a verdict PASS, FAIL or NOT-COMPARABLE per trial, with the reason)."""
+        body: dict[str, Any] = {}
+        if trials is not None:
+            body["trials"] = list(trials)
+        if tolerance is not None:
+            body["tolerance"] = tolerance
+        audit: dict[str, Any] = self._http.request("POST", f"/jobs/{_seg(job_id)}/audits", json=body).json()
+        return audit
+
+    def audits(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's audits, newest first (each a job of kind `audit`)."""
+        listed: list[dict[str, Any]] = self._get(f"/jobs/{_seg(job_id)}/audits")["data"]
+        return listed
+
     def trials_frame(self, job_id: str) -> pandas.DataFrame:
         """The job's trials as a pandas DataFrame: one row per trial (index `trial_id`), its swept
         parameters as columns, then state, attempt, best_score, last_epoch, error_class, mlflow_run_id and

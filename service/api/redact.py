@@ -79,3 +79,23 @@ def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(error.get("error"), str):
                 error["error"] = tenant_text(error["error"])
     return out
+
+
+_AUDIT_KEYS = ("job_id", "audit_of", "verdict", "trials")
+_AUDITED_TRIAL_KEYS = ("run_id", "epochs", "tolerance", "exact", "verdict", "reason", "metrics", "provenance")
+_AUDIT_METRIC_KEYS = ("epoch", "metric", "recorded", "rerun", "match")
+_AUDIT_FIELD_KEYS = ("field", "recorded", "now", "same")
+
+
+def public_audit(report: Mapping[str, Any]) -> dict[str, Any]:
+    """An audit report (worker.tune.audit) as listed above; reasons scrubbed (a data path is the server's)."""
+    out = _pick(report, _AUDIT_KEYS)
+    trials = []
+    for trial in out.get("trials") or []:
+        picked = _pick(trial, _AUDITED_TRIAL_KEYS)
+        picked["reason"] = tenant_text(picked.get("reason"))
+        picked["metrics"] = [_pick(m, _AUDIT_METRIC_KEYS) for m in picked.get("metrics") or []]
+        picked["provenance"] = [_pick(p, _AUDIT_FIELD_KEYS) for p in picked.get("provenance") or []]
+        trials.append(picked)
+    out["trials"] = trials
+    return out

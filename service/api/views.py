@@ -53,6 +53,8 @@ def job_public(job: Job, settings: Settings, *, admin: bool) -> JobPublic:
         id=job.id,
         name=job.name,
         team=job.team.name,
+        kind=job.kind,
+        audit_of=job.audit_of,
         state=job.state,
         priority=job.priority,
         spec_hash=job.spec_hash,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,8 @@ import smartune
 from cli import client_cmd
 from cli.main import main
 from service.engine import Engine
-from tests.service.fakes import FakeRay, summary_line
-from tests.service.utils import QUICK_SPEC
+from tests.service.fakes import FakeRay, FakeTracker, summary_for, summary_line
+from tests.service.utils import QUICK_SPEC, submit
 
 
 def test_admin_creates_teams_and_keys_on_the_store(
@@ -117,3 +120,43 @@ def test_no_key_and_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     monkeypatch.setenv("SMARTUNE_API_KEY", "smt_x")
     assert main(["jobs", "--url", "http://127.0.0.1:9"]) == 2
     assert "cannot reach the server" in capsys.readouterr().err
+
+
+def test_audit_queues_waits_and_prints_the_verdict(
+    cli: TestClient,
+    team_key: str,
+    capsys: pytest.CaptureFixture[str],
+    engine: Engine,
+    fake_ray: FakeRay,
+    fake_tracker: FakeTracker,
+) -> None:
+    """`smartune audit JOB --wait` queues the audit, follows it while the engine runs it (a thread plays
+    Ray: the audit's driver prints its report) and exits 0 on PASS; `--list` shows it."""
+    job_id = submit(cli, team_key)["id"]
+    engine.tick()
+    fake_tracker.log_trial(job_id, "t1", "TERMINATED", 0.7, epoch=1)
+    fake_tracker.summaries[job_id] = summary_for(job_id, 0.7)
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED", logs="done\n")
+    engine.tick()
+
+    def play_ray() -> None:
+        for _ in range(500):
+            engine.tick()
+            audits = [s for s in fake_ray.submissions if not s.startswith(job_id)]
+            if audits:
+                audit_id = audits[0].rsplit("-a", 1)[0]
+                trial = {"run_id": "r", "verdict": "PASS", "reason": "12 metric values match exactly"}
+                report = {"job_id": audit_id, "audit_of": job_id, "verdict": "PASS", "trials": [trial]}
+                fake_ray.set(audits[0], "SUCCEEDED", logs=json.dumps(report))
+                engine.tick()
+                return
+            time.sleep(0.02)
+
+    player = threading.Thread(target=play_ray)
+    player.start()
+    code = main(["audit", job_id, "--wait", "--interval", "0.05"])
+    player.join()
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("PASS") and "12 metric values match exactly" in out
+    assert main(["audit", job_id, "--list", "--json"]) == 0
+    assert [a["state"] for a in json.loads(capsys.readouterr().out)] == ["SUCCEEDED"]

@@ -41,6 +41,19 @@ def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server
     logs = api("GET", f"/api/v1/jobs/{job_id}/logs").text
     assert f'"job_id": "{job_id}"' in logs.strip().splitlines()[-1]
 
+    # An audit of the best trial: a Ray job of its own, re-running it from its MLflow record alone.
+    other = Api(server, admin.team_key("vision"))
+    assert other("POST", f"/api/v1/jobs/{job_id}/audits", expect=404, json={}).status_code == 404
+    audit = api("POST", f"/api/v1/jobs/{job_id}/audits", expect=201, json={}).json()
+    assert audit["kind"] == "audit" and audit["audit_of"] == job_id
+    done = api.wait(audit["id"], lambda j: j["state"] in FINAL)
+    assert done["state"] == "SUCCEEDED", done["message"]
+    report = api("GET", f"/api/v1/jobs/{audit['id']}/results").json()
+    assert report["verdict"] == "PASS", report["trials"][0]["reason"]
+    best = max(job["trials"], key=lambda t: t["best_score"])
+    assert report["trials"][0]["run_id"] == best["mlflow_run_id"] and report["trials"][0]["exact"]
+    assert all(m["recorded"] == m["rerun"] for m in report["trials"][0]["metrics"])
+
 
 def test_auth_negatives_over_http(server: Server) -> None:
     admin = Api(server, server.admin_key())

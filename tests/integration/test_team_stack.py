@@ -104,6 +104,7 @@ def _api_env(stack_urls: dict[str, str], data_dir: Path, port: int) -> dict[str,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "SMARTUNE_METRICS_TOKEN": METRICS_TOKEN,
+        "SMARTUNE_DASHBOARD_SECRET": "stack-dashboard-secret-0123456789abcdef",
         "SMARTUNE_LOG_FORMAT": "json",
     }
     return {name: native[name] for name in _compose_api_env()}
@@ -186,6 +187,8 @@ def test_the_compose_api_environment_is_enough_for_a_job(
     assert httpx.get(f"{stack.server.url}/readyz", timeout=10).json()["status"] == "ok"
     scrape = httpx.get(f"{stack.server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
     assert scrape.status_code == 200 and "smartune_up 1.0" in scrape.text
+    login = httpx.get(f"{stack.server.url}/ui/login", timeout=10)  # the compose secret turns the dashboard on
+    assert login.status_code == 200 and "csrf" in login.text.lower()
     api = _team(stack, "stack")
     _gpu_node_joined(api)
     spec = tiny_spec(resources={"cpus": 1, "gpus": 1}, search_space={"axes": {}})

@@ -9,7 +9,8 @@ from typing import Any
 
 from service.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
 from service.scheduler import Resources
-from service.tracking import JobRuns, TrialRun
+from service.series import Series, downsample
+from service.tracking import Curves, JobRuns, TrialRun
 
 
 @dataclass
@@ -35,6 +36,7 @@ class FakeRay:
     stop_calls: list[str] = field(default_factory=list)  # every stop asked for, known to Ray or not
     down: bool = False
     odd: set[str] = field(default_factory=set)  # submission ids whose every call raises an unexpected error
+    reserved: dict[str, tuple[float, float]] = field(default_factory=dict)  # id -> the driver's (CPUs, GPUs)
 
     def _check(self, submission_id: str | None = None) -> None:
         if self.down:
@@ -43,12 +45,20 @@ class FakeRay:
             raise ValueError(f"an answer about {submission_id} nobody expected")
 
     def submit(
-        self, *, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]
+        self,
+        *,
+        submission_id: str,
+        entrypoint: str,
+        env_vars: dict[str, str],
+        metadata: dict[str, str],
+        entrypoint_cpus: float = 0.0,
+        entrypoint_gpus: float = 0.0,
     ) -> None:
         self._check()
         if submission_id in self.jobs:
             raise RayJobExists(submission_id)
         self.jobs[submission_id] = FakeRayJob(submission_id, entrypoint, env_vars, metadata)
+        self.reserved[submission_id] = (entrypoint_cpus, entrypoint_gpus)
         self.submissions.append(submission_id)
 
     def info(self, submission_id: str) -> RayJobInfo | None:
@@ -99,6 +109,9 @@ class FakeTracker:
     down: bool = False  # every read fails, as an unreachable tracking server's
     hang_s: float = 0.0  # every read takes this long first, as a hung one's
     experiments: list[str | None] = field(default_factory=list)  # the experiment of every read
+    # job id -> trial id -> metric key -> its history (step = epoch), as MLflow's metric history holds it
+    histories: dict[str, dict[str, dict[str, Series]]] = field(default_factory=dict)
+    curve_reads: int = 0
 
     def _read(self, experiment: str | None) -> None:
         self.experiments.append(experiment)
@@ -125,7 +138,21 @@ class FakeTracker:
         self.ended.append((job_id, status))
         return len(self.trials.get(job_id, []))
 
-    # test helper
+    def curves(self, job_id: str, keys: Any, max_points: int, experiment: str | None = None) -> Curves:
+        self._read(experiment)
+        self.curve_reads += 1
+        return {
+            trial_id: {k: downsample(v, max_points) for k, v in metrics.items() if k in keys}
+            for trial_id, metrics in self.histories.get(job_id, {}).items()
+        }
+
+    # test helpers
+    def log_epoch(self, job_id: str, trial_id: str, epoch: int, **metrics: float) -> None:
+        """Append one epoch's metrics to a trial's histories (call log_trial for its row)."""
+        trial = self.histories.setdefault(job_id, {}).setdefault(trial_id, {})
+        for key, value in metrics.items():
+            trial.setdefault(key, []).append((epoch, value))
+
     def log_trial(
         self, job_id: str, trial_id: str, state: str, score: float | None = None, **kw: Any
     ) -> None:
@@ -140,7 +167,7 @@ class FakeTracker:
                 params=kw.get("params", {"learning_rate": 1e-4}),
                 best_score=score,
                 last_epoch=kw.get("epoch"),
-                metrics={"score": score} if score is not None else {},
+                metrics=kw.get("metrics", {"score": score} if score is not None else {}),
             )
         )
         self.trials[job_id] = runs

@@ -6,6 +6,7 @@ tests on a real Ray head); what is checked is the mapping the engine relies on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import httpx
@@ -66,6 +67,17 @@ def test_submission_carries_the_attempt_and_its_environment() -> None:
     body = seen[0].read().decode()
     assert seen[0].url.path == "/api/jobs/" and '"submission_id":"j-a1"' in body.replace(" ", "")
     assert seen[0].headers["authorization"] == "Bearer t"
+    assert "entrypoint_num" not in body  # a sweep's driver reserves nothing
+    adapter(record).submit(
+        submission_id="a-a1",
+        entrypoint="python -m y",
+        env_vars={},
+        metadata={},
+        entrypoint_cpus=2,
+        entrypoint_gpus=1,
+    )
+    audit = json.loads(seen[1].read())
+    assert (audit["entrypoint_num_cpus"], audit["entrypoint_num_gpus"]) == (2, 1)
 
 
 @pytest.mark.parametrize("nodes", [[], [type("Node", (), {"resources_total": None})()]])

@@ -264,7 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = [audit_trial(trial, args.tolerance) for trial in trials]
     if args.audit_id and trials[0].parent_run_id:
         log_audit(client, trials[0].parent_run_id, args.audit_id, reports)
-    print(json.dumps({"verdict": overall_verdict(reports), "trials": reports}, default=str))
+    # The last line: what the control plane reads back as the audit job's summary (`job_id` marks it).
+    report = {"job_id": args.audit_id, "audit_of": args.job_id, "verdict": overall_verdict(reports)}
+    print(json.dumps(report | {"trials": reports}, default=str))
     return 0
 
 

@@ -29,12 +29,12 @@ from service.api.deps import (
     WriteSessionDep,
 )
 from service.api.examples import SPEC_EXAMPLES
-from service.api.redact import public_summary
+from service.api.redact import public_audit, public_summary
 from service.api.responses import KEYED, errors
 from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
 from service.errors import ApiError, not_found
-from service.models import Job, JobState, Team
+from service.models import Job, JobKind, JobState, Team
 from service.ray_jobs import RayJobError, RayUnavailable
 from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
 
@@ -231,7 +231,8 @@ def read_job_logs(
 )
 def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
     """The sweep summary (cells with mean and std over seeds, the best trial with its run id), once the
-    job has SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths)."""
+    job has SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths). For an audit:
+    its report (a verdict per trial, each metric recorded vs re-run, each provenance field then vs now)."""
     job = _job(session, key, job_id)
     if job.state != JobState.SUCCEEDED:
         raise ApiError(409, f"job {job_id} is {job.state}; results exist once it has SUCCEEDED")
@@ -239,4 +240,4 @@ def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[
         job.summary is None
     ):  # the engine reads it again until MLflow gives it: the job exists, the results not yet
         raise ApiError(409, f"job {job_id} has SUCCEEDED; its summary is not read yet, try again later")
-    return public_summary(job.summary)
+    return public_audit(job.summary) if job.kind == JobKind.AUDIT else public_summary(job.summary)
