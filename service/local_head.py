@@ -107,14 +107,26 @@ def start_or_reuse(
     # Its own session: a Ctrl-C meant for the service does not reach the head before the service stops it.
     process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     record = folder / "ray-head.json"
-    record.write_text(json.dumps({"pid": process.pid, "address": address, "cmdline": _cmdline(process.pid)}))
+    _record_head(record, process.pid, address)
     head = LocalHead(address, process, record)
     try:
         _wait_until_up(head)
     except BaseException:
         stop(head)
         raise
+    _record_head(record, process.pid, address)  # long exec'd by now: the command line `smartune stop` checks
     return head
+
+
+def _record_head(record: Path, pid: int, address: str) -> None:
+    """The head's pid and command line in run/ray-head.json. Right after Popen the child may not have
+    exec'd yet (its command line is still this process's), so read it once it differs, for a moment."""
+    own, deadline = _cmdline(os.getpid()), time.monotonic() + 5
+    cmdline = _cmdline(pid)
+    while cmdline in (own, "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        cmdline = _cmdline(pid)
+    record.write_text(json.dumps({"pid": pid, "address": address, "cmdline": cmdline}))
 
 
 def _wait_until_up(head: LocalHead) -> None:

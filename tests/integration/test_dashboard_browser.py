@@ -156,3 +156,50 @@ def test_another_team_cannot_open_the_job_or_its_data(
         assert page.request.get(f"{server.url}/ui/data/jobs/{job_id}/{path}").status == 404
     page.goto(f"{server.url}/ui/jobs")
     assert job_id not in page.content()
+
+
+@pytest.mark.slow
+def test_a_real_tiny_sweep_and_its_audit_in_the_browser(server: Any, browser: Any, tmp_path: Path) -> None:
+    """The real path end to end: `smartune serve` (uvicorn, Ray, the MLflow store), a tiny SMART sweep of
+    a 2 x 2 grid that really trains, its page drawn from MLflow's metric histories, then an audit started
+    from the page's button that re-runs the best trial and reports PASS; another team's key opens neither
+    the job nor the audit."""
+    from tests.integration.client import FINAL, Api, tiny_spec
+
+    admin = Api(server, server.admin_key())
+    team_key, other_key = admin.team_key("nlp"), admin.team_key("vision")
+    api = Api(server, team_key)
+    axes = {
+        "learning_rate": {"type": "grid", "values": [1e-4, 5e-4]},
+        "lambda_s": {"type": "grid", "values": [1.0, 3.0]},
+    }
+    spec = tiny_spec(training={"epochs": 2, "batch_size": 8, "max_seq_length": 32, "max_train_samples": 32,
+                               "max_eval_samples": 16}, search_space={"axes": axes})  # fmt: skip
+    job = api.wait(api.submit(spec), lambda j: j["state"] in FINAL, timeout=300)
+    assert job["state"] == "SUCCEEDED", job["message"]
+
+    violations: list[str] = []
+    page = _page(browser, violations)
+    sign_in(page, server.url, team_key)
+    page.goto(f"{server.url}/ui/jobs/{job['id']}")
+    page.wait_for_selector("body[data-ready='1']")
+    reveal_charts(page)
+    assert page.get_attribute("#chart-score", "data-points") == str(4 * 2)  # trials x epochs, from MLflow
+    assert page.get_attribute("#chart-heatmap", "data-cells") == "4"
+    assert float(page.inner_text("#live-best")) == pytest.approx(job["best_value"], rel=1e-3)
+    page.screenshot(path=str(tmp_path / "real-job.png"), full_page=True)
+
+    with page.expect_navigation():
+        page.click("#audits button[type=submit]")  # "Audit the best trial": to the audit's own page
+    audit_url = page.url
+    assert audit_url.startswith(f"{server.url}/ui/jobs/job-") and job["id"] not in audit_url
+    page.wait_for_selector(".verdict", timeout=240_000)  # the page refreshes itself until the report
+    assert page.inner_text("h1 .verdict") == "PASS", page.inner_text("main")
+    page.screenshot(path=str(tmp_path / "real-audit.png"), full_page=True)
+    assert not [v for v in violations if "script-src" in v or "pageerror" in v], violations
+
+    other = _page(browser, [])
+    sign_in(other, server.url, other_key)
+    for url in (f"{server.url}/ui/jobs/{job['id']}", audit_url):
+        response = other.goto(url)
+        assert response is not None and response.status == 404, url
