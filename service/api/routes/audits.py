@@ -8,24 +8,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service import audits, crud
+from service import audits
 from service.api.deps import CurrentKey, EngineDep, SessionDep, SettingsDep, WriterDep, WriteSessionDep
 from service.api.responses import KEYED, errors
+from service.api.routes.jobs import NOT_FOUND, caller_job
 from service.api.views import job_public
-from service.errors import not_found
-from service.models import Job
 from service.schemas import AuditRequest, AuditsPublic, JobPublic
 
 router = APIRouter(prefix="/jobs", tags=["audits"])
-
-_NOT_FOUND = {404: "no such job in the caller's team"}
-
-
-def _job(session: SessionDep, key: CurrentKey, job_id: str, *, for_update: bool = False) -> Job:
-    job = crud.get_job(session=session, job_id=job_id, team_id=key.scope, for_update=for_update)
-    if job is None:
-        raise not_found("job", job_id)
-    return job
 
 
 @router.post(
@@ -40,7 +30,7 @@ def _job(session: SessionDep, key: CurrentKey, job_id: str, *, for_update: bool 
         413,
         422,
         notes={
-            **_NOT_FOUND,
+            **NOT_FOUND,
             409: "the job has not SUCCEEDED, is an audit itself, has no finished trial, or has 50 audits",
             422: "an unknown trial id, or one that finished no epoch (the field names it)",
             429: "the key's rate limit (with Retry-After), or the team's queue is full",
@@ -61,7 +51,7 @@ async def create_audit(
     it waits for the team's quota and the pool like any job, and its report is its results."""
 
     def submit() -> JobPublic:
-        job = _job(session, key, job_id, for_update=True)
+        job = caller_job(session, key, job_id, for_update=True)
         audit = audits.submit_audit(
             session=session, settings=settings, job=job, request=request or AuditRequest()
         )
@@ -72,9 +62,9 @@ async def create_audit(
     return created
 
 
-@router.get("/{job_id}/audits", response_model=AuditsPublic, responses=errors(*KEYED, 404, notes=_NOT_FOUND))
+@router.get("/{job_id}/audits", response_model=AuditsPublic, responses=errors(*KEYED, 404, notes=NOT_FOUND))
 def read_audits(job_id: str, session: SessionDep, key: CurrentKey, settings: SettingsDep) -> AuditsPublic:
     """The job's audits, newest first, each with its state (its report: `GET /jobs/{audit id}/results`)."""
-    job = _job(session, key, job_id)
+    job = caller_job(session, key, job_id)
     rows = audits.list_audits(session=session, job_id=job.id)
     return AuditsPublic(data=[job_public(a, settings, admin=key.is_admin) for a in rows])

@@ -40,7 +40,7 @@ from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-_NOT_FOUND = {404: "no such job in the caller's team"}
+NOT_FOUND = {404: "no such job in the caller's team"}
 # The request body is read by the route itself (see create_job); this tells the OpenAPI document what it is.
 SPEC_BODY: dict[str, Any] = {
     "requestBody": {
@@ -56,7 +56,8 @@ SPEC_BODY: dict[str, Any] = {
 }
 
 
-def _job(session: SessionDep, key: Principal, job_id: str, *, for_update: bool = False) -> Job:
+def caller_job(session: SessionDep, key: Principal, job_id: str, *, for_update: bool = False) -> Job:
+    """The job `job_id` as the caller's key may see it (its team's; any for an admin), else 404."""
     job = crud.get_job(session=session, job_id=job_id, team_id=key.scope, for_update=for_update)
     if job is None:
         raise not_found("job", job_id)
@@ -145,16 +146,16 @@ def read_jobs(
     return JobsPublic(data=[job_public(j, settings, admin=key.is_admin) for j in rows], count=count)
 
 
-@router.get("/{job_id}", response_model=JobDetail, responses=errors(*KEYED, 404, notes=_NOT_FOUND))
+@router.get("/{job_id}", response_model=JobDetail, responses=errors(*KEYED, 404, notes=NOT_FOUND))
 def read_job(job_id: str, session: SessionDep, key: CurrentKey, settings: SettingsDep) -> JobDetail:
     """Read a job: state, timestamps, trials with their best scores, attempts, transitions, MLflow links."""
-    return job_detail(session, _job(session, key, job_id), settings, admin=key.is_admin)
+    return job_detail(session, caller_job(session, key, job_id), settings, admin=key.is_admin)
 
 
 @router.post(
     "/{job_id}/cancel",
     response_model=JobPublic,
-    responses=errors(*KEYED, 404, 409, notes={**_NOT_FOUND, 409: "the job has already finished"}),
+    responses=errors(*KEYED, 404, 409, notes={**NOT_FOUND, 409: "the job has already finished"}),
 )
 async def cancel_job(
     job_id: str,
@@ -169,7 +170,7 @@ async def cancel_job(
 
     def cancel() -> tuple[JobPublic, str | None]:
         job, stop = job_ops.cancel_job(
-            session=session, job=_job(session, key, job_id, for_update=True), by=key.key_id
+            session=session, job=caller_job(session, key, job_id, for_update=True), by=key.key_id
         )
         return job_public(job, settings, admin=key.is_admin), stop
 
@@ -203,7 +204,7 @@ def read_job_logs(
 ) -> PlainTextResponse:
     """The sweep driver's output, from Ray (empty until the job is dispatched). It is the team's own
     program's output, so it is shown as it is."""
-    job = _job(session, key, job_id)
+    job = caller_job(session, key, job_id)
     number = attempt or job.attempt
     if number == 0:
         return PlainTextResponse("")
@@ -226,14 +227,14 @@ def read_job_logs(
         *KEYED,
         404,
         409,
-        notes={**_NOT_FOUND, 409: "the job has not succeeded (yet), or its summary is not read yet"},
+        notes={**NOT_FOUND, 409: "the job has not succeeded (yet), or its summary is not read yet"},
     ),
 )
 def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
     """The sweep summary (cells with mean and std over seeds, the best trial with its run id), once the
     job has SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths). For an audit:
     its report (a verdict per trial, each metric recorded vs re-run, each provenance field then vs now)."""
-    job = _job(session, key, job_id)
+    job = caller_job(session, key, job_id)
     if job.state != JobState.SUCCEEDED:
         raise ApiError(409, f"job {job_id} is {job.state}; results exist once it has SUCCEEDED")
     if (
