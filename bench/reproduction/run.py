@@ -45,9 +45,19 @@ def specs(
 
 
 def submit_all(client: Client, documents: list[dict[str, Any]]) -> list[str]:
+    """Find or submit each job. The key is the job's name; a job of that name that FAILED or was
+    CANCELLED is submitted again under `<name>#<n>` (its finished trials then run again)."""
+    existing: dict[str, list[dict[str, Any]]] = {}
+    for job in client.jobs():
+        existing.setdefault(job.get("name") or "", []).append(job)
     ids = []
     for doc in documents:
-        answer = client.submit_job(doc, idempotency_key=doc["name"])
+        earlier = existing.get(doc["name"], [])  # newest first
+        failed = sum(job["state"] in ("FAILED", "CANCELLED") for job in earlier)
+        if earlier and earlier[0]["state"] not in ("FAILED", "CANCELLED"):
+            failed = len(earlier) - 1  # the newest is alive or done: find it again by its own key
+        key = doc["name"] if failed == 0 else f"{doc['name']}#{failed}"
+        answer = client.submit_job(doc, idempotency_key=key)
         seen = "exists" if answer.get("replayed") else "submitted"
         print(f"{doc['name']}: {answer['id']} ({seen}, {answer['state']})", flush=True)
         ids.append(str(answer["id"]))

@@ -2,6 +2,8 @@
 
 Every problem becomes one `SpecError` whose message names the field (`search_space.axes.lr: ...`) or,
 for unparsable text, the line. No torch and no ray: the driver rejects a bad spec before starting Ray.
+YAML is read as the SDK reads it (`smartune.specs.yaml_loader`: numbers as YAML 1.2 reads them), so the
+canonical JSON that travels in `SMARTUNE_JOB_SPEC` (`5e-05`) and a file's `lr: 1e-4` stay numbers.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from smartune.specs import yaml_loader
 from worker.contract.spec import JobSpec
 
 
@@ -48,7 +51,7 @@ def spec_from_dict(document: Any, source: str = "spec") -> JobSpec:
 def spec_from_text(text: str, source: str = "spec") -> JobSpec:
     """YAML or JSON text (JSON is YAML) -> JobSpec."""
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=yaml_loader())  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -179,3 +179,21 @@ def test_a_trial_with_several_gpus_trains_on_as_many_ranks() -> None:
     assert {t["workers"] for t in _spec(resources={"gpus": 1}).trials()} == {1}
     assert {t["workers"] for t in _spec(training={"workers": 2}, resources={"cpus": 2}).trials()} == {2}
     assert _spec(resources={"gpus": 2}).spec_hash() != _spec(resources={"gpus": 1}).spec_hash()
+
+
+def test_exponent_floats_stay_numbers_through_the_drivers_reading() -> None:
+    """The canonical JSON writes 5e-05 (no dot), which PyYAML's YAML 1.1 reads as a string: a grid axis of
+    learning rates then failed in the driver ("'5e-05' is not a number") after the service accepted it."""
+    document = {
+        "task": "rte",
+        "training": {"learning_rate": 1e-4},
+        "search_space": {"axes": {"learning_rate": {"type": "grid", "values": [5e-5, 1e-4]}}},
+    }
+    spec = spec_from_dict(document)
+    again = spec_from_text(spec.canonical_json(), "SMARTUNE_JOB_SPEC")
+    assert again.spec_hash() == spec.spec_hash()
+    assert sorted(t["learning_rate"] for t in again.trials()) == [5e-5, 1e-4]
+    from_yaml = spec_from_text(
+        "task: rte\nsearch_space: {axes: {learning_rate: {type: grid, values: [5e-5, 1e-4]}}}\n"
+    )
+    assert sorted(t["learning_rate"] for t in from_yaml.trials()) == [5e-5, 1e-4]

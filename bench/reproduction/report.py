@@ -1,0 +1,281 @@
+"""Turn the campaign's records into docs/reproduction.md and its plot.
+
+    python -m bench.reproduction.report [--records bench/results/paper_ablation.json]
+        [--grid bench/results/reproduction_grid.json] [--out docs/reproduction.md]
+
+Every number in the page comes from the records (which `bench.reproduction.collect` read from MLflow)
+and from the paper's tables (service/dashboard/paper_results.json); the prose that interprets them is
+bench/reproduction/conclusions.md, included as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.reproduction import plan
+from bench.reproduction.stats import best_within, mean_sd, paired
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+PAPER = ROOT / "service" / "dashboard" / "paper_results.json"
+CONCLUSIONS = Path(__file__).with_name("conclusions.md")
+PLOT = ROOT / "docs" / "img" / "reproduction_curves.png"
+PAPER_TABLE = {"rte": "table3", "mrpc": "table3", "cola": "table1", "stsb": "table1", "sst2": "table3"}
+DIAGNOSTICS = ("r_s", "r_s_control", "delta_linf", "grad_ratio_rs", "ascent_signal", "bregman")
+
+Records = list[dict[str, Any]]
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _by(records: Records, *keys: str) -> dict[tuple[Any, ...], Records]:
+    out: dict[tuple[Any, ...], Records] = defaultdict(list)
+    for r in records:
+        out[tuple(r[k] for k in keys)].append(r)
+    return out
+
+
+def _paper(task: str, method: str, metric: str) -> float | None:
+    tables = json.loads(PAPER.read_text())["tables"]
+    table = tables[PAPER_TABLE[task]]["rows"]
+    row = table.get(method) or tables["table1"]["rows"].get(method) or {}
+    value = (row.get(task) or {}).get(metric)
+    return None if value is None else float(value)
+
+
+def _pairs(records: Records, task: str, method: str, value: Any) -> tuple[list[float], list[float]]:
+    """(method, vanilla) values of the seeds both have, by `value(record)`; None values drop the seed."""
+    mine = {r["seed"]: value(r) for r in records if r["task"] == task and r["method"] == method}
+    base = {r["seed"]: value(r) for r in records if r["task"] == task and r["method"] == "vanilla"}
+    seeds = sorted(s for s in mine.keys() & base.keys() if mine[s] is not None and base[s] is not None)
+    return [mine[s] for s in seeds], [base[s] for s in seeds]
+
+
+def _comparison_rows(records: Records, task: str, value: Any) -> list[str]:
+    rows = []
+    for method in plan.METHOD_LABELS:
+        cell = [value(r) for r in records if r["task"] == task and r["method"] == method]
+        cell = [v for v in cell if v is not None]
+        if not cell:
+            continue
+        m, sd = mean_sd(cell)
+        diff = "–"
+        if method != "vanilla":
+            mine, base = _pairs(records, task, method, value)
+            if len(mine) >= 2:
+                p = paired(mine, base)
+                diff = f"{p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.3f} | {p.p_bootstrap:.3f}"
+            else:
+                diff = "– | – | –"
+        else:
+            diff = "– | – | –"
+        metric = next(r["metric"] for r in records if r["task"] == task)
+        paper_method = "smart" if method in ("smart-renorm", "smart-independent") else method
+        rows.append(
+            f"| {method} | {len(cell)} | {m:.2f} ± {_fmt(sd)} | {diff} | {_fmt(_paper(task, paper_method, metric), 1)} |"
+        )
+    return rows
+
+
+def _budget(records: Records, task: str) -> float | None:
+    """Equal compute: the median training seconds of vanilla's full runs on `task`."""
+    runs = [r["wall_s"] for r in records if r["task"] == task and r["method"] == "vanilla"]
+    return statistics.median(runs) if runs else None
+
+
+def _step_cost(records: Records, task: str) -> dict[str, float]:
+    """Median seconds per training epoch by method."""
+    out = {}
+    for method in plan.METHOD_LABELS:
+        seconds = [
+            s for r in records if r["task"] == task and r["method"] == method for s in r["epoch_seconds"]
+        ]
+        if seconds:
+            out[method] = statistics.median(seconds)
+    return out
+
+
+def _diagnostic_rows(records: Records) -> list[str]:
+    rows = []
+    for (task, method), runs in sorted(_by(records, "task", "method").items()):
+        if not any(runs[0]["components"].get(k) for k in ("r_s", "bregman")):
+            continue
+        cells = []
+        for key in DIAGNOSTICS:
+            values = [v for r in runs for v in r["components"].get(key, [])]
+            cells.append(f"{statistics.mean(values):.2e}" if values else "–")
+        loss = [v for r in runs for v in r["train_loss"]]
+        cells.append(f"{statistics.mean(loss):.3f}" if loss else "–")
+        rows.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def grid_section(grid: Records) -> list[str]:
+    if not grid:
+        return ["_The grid has not run yet._", ""]
+    lines = [
+        "| task | part | lr | epochs | n | best dev (mean ± sd) | epochs run | training s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (task, part, lr, epochs), runs in sorted(
+        _by(grid, "task", "method", "learning_rate", "planned_epochs").items()
+    ):
+        m, sd = mean_sd([r["value"] for r in runs])
+        ran = sum(r["epochs"] for r in runs)
+        seconds = sum(r["wall_s"] for r in runs)
+        lines.append(
+            f"| {task} | {part} | {lr:g} | {epochs} | {len(runs)} | {m:.2f} ± {_fmt(sd)} | {ran} | {seconds:.0f} |"
+        )
+    lines.append("")
+    for task, runs in sorted(_by(grid, "task").items()):
+        full = [r for r in runs if r["method"] == "grid-full"]
+        asha = [r for r in runs if r["method"] == "grid-asha"]
+        if not full or not asha:
+            continue
+
+        def best(rs: Records) -> tuple[float, int]:
+            cells = _by(
+                [r for r in rs if r["epochs"] == r["planned_epochs"]], "learning_rate", "planned_epochs"
+            )
+            return max(cells, key=lambda c: statistics.mean(r["value"] for r in cells[c]))  # type: ignore[return-value]
+
+        saved = 1 - sum(r["wall_s"] for r in asha) / sum(r["wall_s"] for r in full)
+        epochs_saved = 1 - sum(r["epochs"] for r in asha) / sum(r["epochs"] for r in full)
+        same = best(full) == best(asha) if any(r["epochs"] == r["planned_epochs"] for r in asha) else False
+        lines.append(
+            f"- **{task}**: ASHA ran {sum(r['epochs'] for r in asha)} of the full grid's {sum(r['epochs'] for r in full)} "
+            f"epochs ({100 * epochs_saved:.0f}% fewer; training time {100 * saved:.0f}% less). Best cell in full: "
+            f"lr {best(full)[0]:g} x {best(full)[1]} epochs; ASHA kept it: **{'yes' if same else 'no'}**."
+        )
+    lines.append("")
+    return lines
+
+
+def plot(records: Records, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
+    if not tasks:
+        return
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for method in plan.METHOD_LABELS:
+            runs = [r for r in records if r["task"] == task and r["method"] == method]
+            if not runs:
+                continue
+            length = min(len(r["curve"]) for r in runs)
+            xs, ys, elapsed = [], [], 0.0
+            for e in range(length):
+                elapsed += statistics.median(r["epoch_seconds"][e] for r in runs)
+                xs.append(elapsed / 60)
+                ys.append(statistics.mean(r["curve"][e] for r in runs))
+            ax.plot(xs, ys, marker="o", markersize=2.5, label=method)
+        metric = runs[0]["metric"] if runs else ""
+        ax.set_title(f"{task} (1k train), dev {metric}")
+        ax.set_xlabel("training minutes (1 CPU thread)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("dev metric, mean over seeds")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render(records: Records, grid: Records) -> str:
+    out = [
+        "# Reproduction: SMART and its ablations on small GLUE tasks",
+        "",
+        "_Generated by `python -m bench.reproduction.report` from `bench/results/paper_ablation.json` and",
+        "`bench/results/reproduction_grid.json`; the commands are in §1. Do not edit by hand: the prose is",
+        "`bench/reproduction/conclusions.md`._",
+        "",
+    ]
+    out += CONCLUSIONS.read_text().splitlines() if CONCLUSIONS.exists() else []
+    out += ["", "## The grid on vanilla (learning rate x epochs), in full and with ASHA", ""]
+    out += grid_section(grid)
+    tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
+    out += ["## At convergence: the best dev score of each run", ""]
+    if not tasks:
+        out += ["_No method has run yet._", ""]
+    for task in tasks:
+        metric = next(r["metric"] for r in records if r["task"] == task)
+        out += [
+            f"### {task} (dev {metric}; paper: {PAPER_TABLE[task].replace('table', 'Table ')}, BERT-base, full training set)",
+            "",
+            "| method | seeds | mean ± sd | minus vanilla [95% paired bootstrap] | paired t p | bootstrap p | paper |",
+            "|---|---|---|---|---|---|---|",
+            *_comparison_rows(records, task, lambda r: r["value"]),
+            "",
+        ]
+    out += ["## At equal compute: the best dev score within vanilla's training time", ""]
+    for task in tasks:
+        budget = _budget(records, task)
+        if budget is None:
+            continue
+        out += [
+            f"### {task}: budget {budget:.0f} s of training (vanilla's median full run)",
+            "",
+            "| method | seeds | mean ± sd | minus vanilla [95% paired bootstrap] | paired t p | bootstrap p | paper |",
+            "|---|---|---|---|---|---|---|",
+            *_comparison_rows(
+                records, task, lambda r, b=budget: best_within(r["curve"], r["epoch_seconds"], b)
+            ),
+            "",
+        ]
+    out += ["## Step cost: median training seconds per epoch (1,000 examples, 1 thread)", ""]
+    out += ["| task | " + " | ".join(plan.METHOD_LABELS) + " |", "|---|" + "---|" * len(plan.METHOD_LABELS)]
+    for task in tasks:
+        cost = _step_cost(records, task)
+        base = cost.get("vanilla")
+        cells = [
+            f"{cost[m]:.1f} s" + (f" ({cost[m] / base:.2f}x)" if base else "") if m in cost else "–"
+            for m in plan.METHOD_LABELS
+        ]
+        out.append(f"| {task} | " + " | ".join(cells) + " |")
+    out += ["", "## What the regulariser measured (per-epoch means over every epoch and seed)", ""]
+    out += [
+        "| task | method | R_s | R_s at δ = 0 | ‖δ‖∞ | R_s grad share | ascent signal | D_Breg | train loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *_diagnostic_rows(records),
+        "",
+    ]
+    if PLOT.exists():
+        out += [
+            "## Dev metric against training time",
+            "",
+            f"![dev metric against training time](img/{PLOT.name})",
+            "",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reproduction.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--records", type=Path, default=RESULTS / "paper_ablation.json")
+    parser.add_argument("--grid", type=Path, default=RESULTS / "reproduction_grid.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reproduction.md")
+    args = parser.parse_args(argv)
+    records = json.loads(args.records.read_text()) if args.records.exists() else []
+    grid = json.loads(args.grid.read_text()) if args.grid.exists() else []
+    plot(records, PLOT)
+    args.out.write_text(render(records, grid))
+    print(f"{len(records)} records, {len(grid)} grid records -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
