@@ -55,6 +55,15 @@ SEARCH_PRESETS: dict[str, SearchPreset] = {
         axes={"method": ["vanilla", "smart", "smart-breg-only", "smart-rs-only", "smart-renorm"]},
         defaults={"warmup_fraction": 0.1, "optimizer": "adam", **_PAPER_SMART},
     ),
+    "domain-adaptation": SearchPreset(
+        name="domain-adaptation",
+        citation="Jiang et al., SMART, ACL 2020, Section 5.4 (Tables 6 and 7: SNLI and SciTail trained on 0.1%, "
+        "1%, 10% and 100% of their training data)",
+        description="vanilla vs smart on 0.1% / 1% / 10% / 100% of the training set; the fractions are nested "
+        "samples drawn with one fixed fraction_seed (13), so every method and seed sees the same examples",
+        axes={"train_fraction": [0.001, 0.01, 0.1, 1.0], "method": ["vanilla", "smart"]},
+        defaults={"warmup_fraction": 0.1, "optimizer": "adam", "fraction_seed": 13, **_PAPER_SMART},
+    ),
     "quick": SearchPreset(
         name="quick",
         citation="smoke test, not from the paper",

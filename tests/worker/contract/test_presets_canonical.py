@@ -43,3 +43,20 @@ def test_the_paper_grid_keeps_its_recipe_at_the_driver() -> None:
         {"task": "rte", "search_space": {"preset": "quick"}, "training": {"batch_size": 8}}
     )
     assert JobSpec.model_validate_json(quick.canonical_json()).base_values()["epochs"] == 1
+
+
+def test_the_domain_adaptation_preset_is_four_nested_fractions_per_method() -> None:
+    """Paper Section 5.4: 0.1%, 1%, 10%, 100% of the training data, one fixed sampling seed, so the cells of
+    one fraction differ only in method and seed (the summary's cells are then the per-fraction report)."""
+    spec = JobSpec.model_validate(
+        {"task": "rte", "search_space": {"preset": "domain-adaptation"}, "seeds": [1, 2, 3]}
+    )
+    trials = spec.trials()
+    assert len(trials) == 4 * 2 * 3
+    assert {t["train_fraction"] for t in trials} == {0.001, 0.01, 0.1, 1.0}
+    assert {t["method"] for t in trials} == {"vanilla", "smart"}
+    assert {t["fraction_seed"] for t in trials} == {13}
+    pinned = JobSpec.model_validate(
+        {"task": "rte", "search_space": {"preset": "domain-adaptation"}, "training": {"fraction_seed": 7}}
+    )
+    assert {t["fraction_seed"] for t in pinned.trials()} == {7}
