@@ -25,6 +25,7 @@ from pydantic import (
 
 from smart_core.config import METHOD_PRESETS, method_config
 from worker.contract.grid import METHOD_FIELDS, expand_grid
+from worker.contract.multitask import Multitask, MultitaskPlan
 from worker.contract.presets import get_preset
 from worker.contract.search import Axis, Search, SearchSpace, StrictModel
 from worker.contract.sources import SourceError, classify
@@ -106,7 +107,10 @@ class JobSpec(StrictModel):
 
     name: str | None = Field(None, max_length=200)
     task: str | list[str] = Field(
-        description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately)"
+        description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately, or jointly with `multitask`)"
+    )
+    multitask: Multitask | None = Field(
+        None, description="train the listed tasks jointly (MT-DNN-SMART): shared encoder, one head per task"
     )
     data: str | None = Field(
         None, description="hub dataset id or local folder/file; None = $SMARTUNE_GLUE_DIR, else the hub"
@@ -199,7 +203,24 @@ class JobSpec(StrictModel):
             _check_sampled(name, axis, self.base_values())
         if self.search.algorithm == "optuna":
             self._check_optuna()
+        self._check_multitask()
         return self
+
+    def _check_multitask(self) -> None:
+        """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, and
+        its batches run on one worker."""
+        if self.multitask is None:
+            return
+        if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(
+                f"multitask: needs a `task` list of at least 2 distinct tasks to train jointly, got {self.tasks}"
+            )
+        if self.search.asha is not None:
+            raise ValueError("multitask: search.asha is not supported (it would stop before the fine-tuning)")
+        if self.base_values()["workers"] > 1:
+            raise ValueError(
+                "multitask: training.workers > 1 is not supported; a multitask trial runs on one worker"
+            )
 
     def _check_workers(self) -> None:
         """Data-parallel ranks on GPUs take one whole GPU each: as many ranks as GPUs per trial; on CPU,
@@ -235,6 +256,12 @@ class JobSpec(StrictModel):
     def tasks(self) -> list[str]:
         return [self.task.lower()] if isinstance(self.task, str) else [t.lower() for t in self.task]
 
+    def multitask_plan(self) -> MultitaskPlan | None:
+        """What each trial trains jointly, or None (one task per trial)."""
+        if self.multitask is None:
+            return None
+        return MultitaskPlan(tuple(self.tasks), self.multitask.sampling, self.multitask.finetune_epochs)
+
     def base_values(self) -> dict[str, Any]:
         """Flat trial values before the grid: the preset's defaults beneath what the spec sets itself."""
         preset_defaults = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
@@ -263,7 +290,8 @@ class JobSpec(StrictModel):
                 axes[name] = list(axis.values or [])
             else:
                 axes.pop(name, None)  # sampled by Tune instead
-        axes["task"] = self.tasks
+        # A multitask trial trains every task: its `task` field is the first, the plan carries the rest.
+        axes["task"] = self.tasks[:1] if self.multitask is not None else self.tasks
         axes["seed"] = list(self.seeds)
         return axes
 
@@ -304,6 +332,8 @@ class JobSpec(StrictModel):
         preset's method fields need nothing: `method_params` holds only what the spec set, so a new parse
         applies the preset to the rest again."""
         document = self.model_dump(mode="json")
+        if document["multitask"] is None:  # absent, as before the block existed: older specs keep their hash
+            del document["multitask"]
         values = self.base_values()
         preset = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
         for name in preset.keys() & set(document["training"]):

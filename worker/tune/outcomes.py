@@ -7,6 +7,7 @@ sweep, a tracking hiccup), and turns each trial into a `TrialOutcome` for the su
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,30 @@ def record_final_state(
     return run
 
 
+_STAGES = {0: "joint", 1: "finetune"}  # worker.training.multitask_run.STAGE_CODES, read back
+
+
+def task_results(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A multitask trial's per-task best (`tasks/<task>/best_score|best_stage|best_epoch`, flat or as
+    Tune nests them) as task -> {value, stage, epoch}; empty for a single-task trial."""
+    nested = metrics.get("tasks")
+    flat: dict[str, Any] = {}
+    if isinstance(nested, Mapping):
+        flat = {f"tasks/{t}/{k}": v for t, values in nested.items() for k, v in dict(values).items()}
+    flat |= {k: v for k, v in metrics.items() if k.startswith("tasks/")}
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        _, task, name = key.split("/", 2)
+        entry = out.setdefault(task, {})
+        if name == "best_score":
+            entry["value"] = float(value)
+        elif name == "best_stage":
+            entry["stage"] = _STAGES.get(int(value), str(value))
+        elif name == "best_epoch":
+            entry["epoch"] = int(value)
+    return out
+
+
 def _trial_id(metrics: dict[str, Any], path: str | None) -> str:
     if metrics.get("trial_id"):
         return str(metrics["trial_id"])
@@ -102,6 +127,7 @@ def collect_outcomes(
                 checkpoint_uri=tags.get(BEST_CHECKPOINT_URI),
                 error_class=tags.get(ERROR_CLASS) if state == "ERROR" else None,
                 error=tags.get(ERROR_MESSAGE) if state == "ERROR" else None,
+                extra={"tasks": tasks} if (tasks := task_results(metrics)) else {},
             )
         )
     return sorted(outcomes, key=lambda o: o.trial_id)

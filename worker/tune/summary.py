@@ -9,6 +9,10 @@ listed in their cell but not averaged. `std` is the sample standard deviation (n
 `registered_model` once the best trial's model is in the MLflow registry (worker.tune.registry): `name`
 (`smartune-<job id>`), `alias` (`best`), `version`, `uri` (`models:/<name>@best`), `model_uri`, `run_id` and
 `trial_id`; or `version` null and `error` saying why nothing was registered.
+
+A multitask job (the spec's `multitask` block) adds `tasks`: per task, the best dev score over all its
+trials with the trial, the stage (`joint` or `finetune`) and the epoch within that stage; and its best
+trial (by the mean over tasks of each task's best) carries its own per-task results as `best.tasks`.
 """
 
 from __future__ import annotations
@@ -61,6 +65,20 @@ def cells(outcomes: Iterable[TrialOutcome]) -> list[dict[str, Any]]:
     return out
 
 
+def task_summary(outcomes: Iterable[TrialOutcome]) -> dict[str, dict[str, Any]]:
+    """Per task of a multitask job, its best result over the trials that reported one."""
+    out: dict[str, dict[str, Any]] = {}
+    for outcome in outcomes:
+        if outcome.state == "ERROR":
+            continue
+        for task, result in dict(outcome.extra.get("tasks", {})).items():
+            value = _finite(result.get("value"))
+            if value is not None and (task not in out or value > out[task]["value"]):
+                out[task] = {**result, "value": value, "trial_id": outcome.trial_id, "run_id": outcome.run_id,
+                             "seed": outcome.seed}  # fmt: skip
+    return out
+
+
 def build_summary(
     *,
     job_id: str,
@@ -74,7 +92,7 @@ def build_summary(
         by_state[outcome.state] += 1
     ranked = [o for o in outcomes if o.state != "ERROR" and _finite(o.value) is not None]
     best = max(ranked, key=lambda o: (o.value, -o.seed), default=None)
-    return {
+    summary = {
         "job_id": job_id,
         "tracking_uri": tracking_uri,
         "parent_run_id": parent_run_id,
@@ -96,6 +114,12 @@ def build_summary(
             "trial_id": best.trial_id,
         },
     }
+    tasks = task_summary(outcomes)
+    if tasks:  # a multitask job
+        summary["tasks"] = tasks
+        if best is not None and summary["best"] is not None:
+            summary["best"]["tasks"] = dict(best.extra.get("tasks", {}))
+    return summary
 
 
 def summary_metrics(summary: Mapping[str, Any]) -> dict[str, float]:

@@ -61,6 +61,7 @@ from worker.tune.trainable import TrialContext, train_trial
 from worker.tune.tuning import (
     TrialResolver,
     cell_axes,
+    data_trials,
     param_space,
     resources,
     run_config,
@@ -114,7 +115,9 @@ def preflight(spec: JobSpec) -> None:
         raise SpecError(f"invalid job spec:\n{err}") from None
     if source is not None and source.kind == "local" and not source.path.exists():
         raise SpecError(f"invalid job spec:\ndata: no such file or folder: {spec.data}")
-    one_per_task = {t["task"]: t for t in reversed(trial_configs(spec, spec.resources.cpus))}
+    one_per_task = {
+        t["task"]: t for t in reversed(data_trials(spec, trial_configs(spec, spec.resources.cpus)))
+    }
     for trial in one_per_task.values():
         config = TrainConfig.from_dict(trial)
         task = get_task(config.task)
@@ -184,7 +187,7 @@ def run_sweep(
     context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()),
                            system_metrics_interval=system_metrics_interval())  # fmt: skip
     resolver = TrialResolver(axes)
-    shared = share_data(trials)  # read and tokenised once here, not once per trial
+    shared = share_data(data_trials(spec, trials))  # read and tokenised once here, not once per trial
     trainable = tune.with_resources(
         tune.with_parameters(train_trial, context=context, shared_data=shared), resources(spec)
     )
@@ -217,7 +220,11 @@ def run_sweep(
     outcomes = collect_outcomes(results, client, target, parent_id, resolver)
     summary = build_summary(job_id=job_id, tracking_uri=settings.tracking_uri, parent_run_id=parent_id,
                             main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
-    registered = register_best(client, job_id, summary["best"], summary["main_metric"])  # never raises
+    if spec.multitask is None:
+        registered = register_best(client, job_id, summary["best"], summary["main_metric"])  # never raises
+    else:  # one model per task: nothing is registered (worker.tune.multitask_trial)
+        registered = {"name": None, "alias": None, "version": None,
+                      "error": "a multitask trial keeps one model per task; nothing is registered"}  # fmt: skip
     summary["registered_model"] = registered
     set_tags(client, parent_id, registry_tags(registered))
     if registered["version"] is not None:  # an earlier attempt's registry failure no longer holds

@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from transformers.utils import logging as hf_logging
 
 from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, diagnose
 from worker.contract.grid import ResolvedTrial, cell_key
+from worker.contract.multitask import PLAN_KEY, MultitaskPlan
 from worker.contract.tags import (
     ATTEMPT,
     BEST_CHECKPOINT,
@@ -50,6 +51,7 @@ from worker.training.parallel import data_parallel
 from worker.training.prepared import PreparedData, data_key
 from worker.training.session import TrainingSession
 from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state, writing
+from worker.tune.multitask_trial import run_multitask_trial
 from worker.tune.registry import log_best_model
 from worker.tune.run_tags import provenance_tags, start_tags
 from worker.tune.telemetry import DEFAULT_INTERVAL, log_training_data, system_metrics
@@ -225,9 +227,16 @@ def _log_model(client: MlflowClient, run_id: str) -> None:
         set_tags(client, run_id, {MODEL_ERROR: f"{type(err).__name__}: {err}"[:4000]})
 
 
-def open_run(context: TrialContext, trial_id: str, trial: ResolvedTrial) -> tuple[MlflowClient, Run]:
-    """The trial's child run (found again on a retry, else created with the resolved config as params)."""
+def open_run(
+    context: TrialContext, trial_id: str, trial: ResolvedTrial, plan: MultitaskPlan | None = None
+) -> tuple[MlflowClient, Run]:
+    """The trial's child run (found again on a retry, else created with the resolved config as params;
+    a multitask trial's `task` param lists its tasks, beside `multitask_sampling` and `finetune_epochs`)."""
     client = context.target.client()
+    params = flat_params(trial.config.to_dict())
+    if plan is not None:
+        params |= {"task": ",".join(plan.tasks), "multitask_sampling": plan.sampling,
+                   "finetune_epochs": str(plan.finetune_epochs)}  # fmt: skip
     run = open_trial_run(
         client,
         context.target,
@@ -235,7 +244,7 @@ def open_run(context: TrialContext, trial_id: str, trial: ResolvedTrial) -> tupl
         parent_run_id=context.parent_run_id,
         run_name=f"{trial_id} {trial.label} seed={trial.seed}".replace("  ", " ")[:250],
         tags={ATTEMPT: context.attempt, CELL: cell_key(trial.cell)},
-        params=flat_params(trial.config.to_dict()),
+        params=params,
     )
     return client, run
 
@@ -251,7 +260,8 @@ def train_trial(
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
     trial = resolve_trial(config, context.cell_axes)
-    client, run = open_run(context, tune_context.get_trial_id(), trial)
+    plan = MultitaskPlan.from_dict(config[PLAN_KEY]) if config.get(PLAN_KEY) else None
+    client, run = open_run(context, tune_context.get_trial_id(), trial, plan)
     folder = None
     if context.experiment_path is not None:
         folder = trial_folder(context.experiment_path, trial_dir_name(tune_context.get_trial_id()))
@@ -263,9 +273,19 @@ def train_trial(
     _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
     with system_metrics(run.info.run_id, context.target.tracking_uri, context.system_metrics_interval):
         try:
-            key = data_key(trial.config)
-            data = ray.get(shared_data[key]) if shared_data and key in shared_data else None
-            run_trial(trial.config, client, run, restored, data=data)
+            if plan is not None:
+                keys = {task: data_key(replace(trial.config, task=task)) for task in plan.tasks}
+                prepared = {
+                    t: ray.get(shared_data[k]) for t, k in keys.items() if shared_data and k in shared_data
+                }
+                job_id = context.target.job_id
+                run_multitask_trial(
+                    trial.config, plan, client, run, job_id, restored, tune_reporter, prepared
+                )
+            else:
+                key = data_key(trial.config)
+                data = ray.get(shared_data[key]) if shared_data and key in shared_data else None
+                run_trial(trial.config, client, run, restored, data=data)
         except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
             error_class, message = diagnose(err)  # here, where the process's own state can still tell
             set_tags(

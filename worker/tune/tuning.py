@@ -19,6 +19,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from worker.contract.grid import ResolvedTrial, resolve
+from worker.contract.multitask import PLAN_KEY
 from worker.contract.search import Axis
 from worker.contract.sources import default_data_source
 from worker.contract.spec import JobSpec
@@ -46,6 +47,14 @@ def trial_configs(spec: JobSpec, cpus_per_trial: float) -> list[dict[str, Any]]:
     return out
 
 
+def data_trials(spec: JobSpec, trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trial configs whose data the sweep reads: a multitask trial's once per task."""
+    plan = spec.multitask_plan()
+    if plan is None:
+        return trials
+    return [{**trial, "task": task} for trial in trials for task in plan.tasks]
+
+
 def _domain(axis: Axis) -> Any:
     if axis.type == "choice":
         return tune.choice(list(axis.values or []))
@@ -57,6 +66,9 @@ def param_space(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, Any]:
     # Optuna takes no grid: its one configuration (the contract allows no more) is a constant.
     train = trials[0] if spec.search.algorithm == "optuna" else tune.grid_search(trials)
     space: dict[str, Any] = {"train": train}
+    plan = spec.multitask_plan()
+    if plan is not None:  # every trial trains these tasks jointly (worker.tune.multitask_trial)
+        space[PLAN_KEY] = plan.to_dict()
     sampled = spec.sampled_axes()
     if sampled:
         space["sampled"] = {name: _domain(axis) for name, axis in sorted(sampled.items())}

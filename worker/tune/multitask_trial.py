@@ -1,0 +1,128 @@
+"""A multitask trial (MT-DNN-SMART) in Tune and MLflow: one trial run, one nested run per task under it.
+
+The training is worker.training.multitask_run; this module records it. After each epoch unit (a joint
+epoch, or one fine-tuning epoch of one task):
+- each task's nested run (tags `mlflow.parentRunId` = the trial's run, `smartune.kind` = "task",
+  `smartune.task`; no `smartune.trial_id`, so it is never taken for a trial) gets that task's dev metrics:
+  joint-stage epochs as `mt_score`, `mt_eval_*`, `mt_train_loss`, `mt_train_*` at step = joint epoch;
+  fine-tuning epochs as `score`, `eval_*`, `train_loss`, `train_*` at step = fine-tuning epoch; and its
+  best so far as `best_score` with the tags `smartune.best_stage` / `smartune.best_epoch`;
+- the trial's run gets `epoch` (the unit), `score` (the mean over tasks of each task's latest dev score),
+  `best_score` (the mean of each task's best) and `tasks/<task>/best_score|best_stage|best_epoch`, at
+  step = unit, and Tune gets the same with a checkpoint of the whole state: a retried trial resumes at
+  its last unit, exactly (CPU).
+No model is logged or registered for a multitask trial (its result is one model per task).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from worker.contract.multitask import MultitaskPlan
+from worker.contract.tags import BEST_EPOCH, JOB, KIND, PARENT
+from worker.contract.trial import TrainConfig
+from worker.training.multitask_run import STAGE_CODES, Unit, run_multitask, task_bests
+from worker.training.prepared import PreparedData
+from worker.tune.checkpoints import RestorePoint
+from worker.tune.tracking import log_metrics, log_params, retrying, set_tags
+
+TASK_TAG = "smartune.task"  # on a nested task run: the task it records
+BEST_STAGE = "smartune.best_stage"  # on a nested task run: "joint" or "finetune"
+TASK_KIND = "task"
+
+
+def open_task_runs(client: MlflowClient, run: Run, job_id: str, tasks: tuple[str, ...]) -> dict[str, str]:
+    """task -> run id of its nested run under the trial's `run` (found again on a retry, else created)."""
+    trial_id = run.info.run_id
+    found = retrying(
+        lambda: client.search_runs(
+            [run.info.experiment_id], f"tags.`{PARENT}` = '{trial_id}' and tags.`{KIND}` = '{TASK_KIND}'"
+        )
+    )
+    out = {r.data.tags[TASK_TAG]: r.info.run_id for r in found if TASK_TAG in r.data.tags}
+    for task in tasks:
+        if task in out:
+            retrying(lambda r=out[task]: client.update_run(r, status="RUNNING"))
+            continue
+        tags = {PARENT: trial_id, JOB: job_id, KIND: TASK_KIND, TASK_TAG: task}
+        created = retrying(
+            lambda t=tags, name=task: client.create_run(
+                run.info.experiment_id, run_name=f"{run.info.run_name} {name}"[:250], tags=t
+            )
+        )
+        out[task] = created.info.run_id
+        log_params(client, created.info.run_id, {"task": task})
+    return out
+
+
+def task_metrics(unit: Unit, record: Mapping[str, Any]) -> dict[str, float]:
+    """One task's epoch record as metrics, prefixed `mt_` in the joint stage."""
+    prefix = "mt_" if unit["stage"] == "joint" else ""
+    main = record["main_metric"]
+    out = {
+        f"{prefix}score": float(record["metrics"][main]),
+        f"{prefix}train_loss": float(record["train_loss"]),
+    }
+    out |= {f"{prefix}eval_{k}": float(v) for k, v in record["metrics"].items()}
+    out |= {f"{prefix}train_{k}": float(v) for k, v in record["components"].items() if k != "loss"}
+    return out
+
+
+def trial_metrics(history: list[Unit], plan: MultitaskPlan) -> dict[str, float]:
+    """What the trial's run and Tune see after the last unit of `history`."""
+    latest: dict[str, float] = {}
+    for unit in history:
+        for name, record in unit["records"].items():
+            latest[name] = float(record["metrics"][record["main_metric"]])
+    bests = task_bests(history, plan)
+    out = {
+        "epoch": float(history[-1]["unit"]),
+        "stage": float(STAGE_CODES[history[-1]["stage"]]),
+        "score": statistics.fmean(latest.values()),
+        "best_score": statistics.fmean(b["value"] for b in bests.values()),
+    }
+    for name, best in bests.items():
+        out |= {f"tasks/{name}/best_score": best["value"], f"tasks/{name}/best_stage": float(STAGE_CODES[best["stage"]]),
+                f"tasks/{name}/best_epoch": float(best["epoch"])}  # fmt: skip
+    return out
+
+
+def run_multitask_trial(
+    config: TrainConfig,
+    plan: MultitaskPlan,
+    client: MlflowClient,
+    run: Run,
+    job_id: str,
+    restored: RestorePoint,
+    report: Any,  # worker.tune.trainable.Reporter
+    data: dict[str, PreparedData] | None = None,
+) -> None:
+    from worker.tune.trainable import _report_state  # the same checkpoint writing as a single-task trial
+
+    task_runs = open_task_runs(client, run, job_id, plan.tasks)
+    state = restored.state
+    if state is not None and restored.substituted and state["history"]:
+        _report_state(report, trial_metrics(state["history"], plan), state)
+
+    def on_unit(unit: Unit, resumable: Any) -> None:
+        current = resumable()
+        history = current["history"]
+        for name, record in unit["records"].items():
+            log_metrics(client, task_runs[name], task_metrics(unit, record), step=unit["epoch"])
+        bests = task_bests(history, plan)
+        for name in unit["records"]:
+            best = bests[name]
+            log_metrics(client, task_runs[name], {"best_score": best["value"]}, step=unit["unit"])
+            set_tags(client, task_runs[name], {BEST_STAGE: best["stage"], BEST_EPOCH: best["epoch"]})
+        metrics = trial_metrics(history, plan)
+        log_metrics(client, run.info.run_id, metrics, step=unit["unit"])
+        _report_state(report, metrics, current)
+
+    run_multitask(config, plan, on_unit, state, data)
+    for run_id in task_runs.values():
+        retrying(lambda r=run_id: client.set_terminated(r, "FINISHED"))
