@@ -2,7 +2,7 @@
 
     python -m bench.reproduction.collect --tracking-uri sqlite:///DATA/mlflow.db [--out bench/results/paper_ablation.json]
 
-The jobs are found on the server by name (plan.CAMPAIGN/<task>/<part>, $SMARTUNE_URL / $SMARTUNE_API_KEY);
+The jobs are found on the server by name (`<campaign>/<task>/<part>`, $SMARTUNE_URL / $SMARTUNE_API_KEY);
 each trial's record comes from its MLflow child run: params, the per-epoch dev metric (`score`, the task's
 main GLUE metric) and per-epoch training seconds (`train_seconds`, evaluation excluded), and the
 regulariser's per-epoch components (`train_*`).
@@ -18,21 +18,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.reproduction import plan
+from bench.reproduction.plan import CAMPAIGN, METHOD_LABELS, Campaign
 from smartune import Client
 from worker.contract.tags import JOB, TRIAL
 from worker.contract.tasks import TASKS
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "paper_ablation.json"
+GRID_OUT = OUT.with_name("reproduction_grid.json")
 
 
-def campaign_jobs(client: Client) -> dict[str, dict[str, Any]]:
+def campaign_jobs(client: Client, campaign: Campaign = CAMPAIGN) -> dict[str, dict[str, Any]]:
     """Job name -> the job (the newest of a name, as the idempotency key makes one per name)."""
     jobs: dict[str, dict[str, Any]] = {}
     for job in reversed(client.jobs()):  # oldest first: a newer job of the same name wins
         name = job.get("name") or ""
-        if name.startswith(plan.CAMPAIGN + "/"):
-            jobs[name] = job
+        if campaign.parse(name) and job["state"] != "FAILED":
+            jobs[name] = client.job(str(job["id"]))  # the detail names the MLflow experiment
     return jobs
 
 
@@ -42,8 +43,9 @@ def _history(mlflow: Any, run_id: str, key: str) -> list[float]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def trial_records(mlflow: Any, experiment_ids: list[str], name: str, job_id: str) -> list[dict[str, Any]]:
-    _, task, part = name.split("/", 2)
+def trial_records(
+    mlflow: Any, experiment_ids: list[str], task: str, part: str, job_id: str
+) -> list[dict[str, Any]]:
     metric = TASKS[task].main_metric
     runs = mlflow.search_runs(experiment_ids, filter_string=f"tags.`{JOB}` = '{job_id}'", max_results=1000)
     out = []
@@ -83,17 +85,25 @@ def trial_records(mlflow: Any, experiment_ids: list[str], name: str, job_id: str
     return sorted(out, key=lambda r: (r["learning_rate"], r["planned_epochs"], r["seed"]))
 
 
-def collect(client: Client, tracking_uri: str, experiment: str = "smartune") -> list[dict[str, Any]]:
+def collect(client: Client, tracking_uri: str, campaign: Campaign = CAMPAIGN) -> list[dict[str, Any]]:
     from mlflow import MlflowClient
 
     mlflow = MlflowClient(tracking_uri)
-    found = mlflow.get_experiment_by_name(experiment)
-    if found is None:
-        return []
     records: list[dict[str, Any]] = []
-    for name, job in sorted(campaign_jobs(client).items()):
-        records += trial_records(mlflow, [found.experiment_id], name, str(job["id"]))
+    for name, job in sorted(campaign_jobs(client, campaign).items()):
+        task, part = campaign.parse(name) or ("", "")
+        if job.get("mlflow_experiment_id"):
+            records += trial_records(mlflow, [str(job["mlflow_experiment_id"])], task, part, str(job["id"]))
     return records
+
+
+def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
+    """The methods' records to `out` (the issue's format plus curves), the grid's to `grid_out`."""
+    methods = [r for r in records if r["method"] in METHOD_LABELS]
+    grid = [r for r in records if r["method"] not in METHOD_LABELS]
+    for path, rows in ((out, methods), (grid_out, grid)):
+        path.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"{len(rows)} trial records -> {path}")
 
 
 def choose(records: Iterable[dict[str, Any]], part: str = "grid-full") -> dict[str, Any]:
@@ -116,26 +126,17 @@ def choose(records: Iterable[dict[str, Any]], part: str = "grid-full") -> dict[s
     return {"learning_rate": lr, "epochs": epochs, "score": best, "tasks": sorted(tasks), "why": table}
 
 
-def choose_from_server(client: Client, tasks: Iterable[str]) -> dict[str, Any]:
-    import os
-
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        raise SystemExit("set MLFLOW_TRACKING_URI to the server's MLflow store, or pass --lr and --epochs")
-    return choose(r for r in collect(client, uri) if r["task"] in set(tasks))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.reproduction.collect", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--tracking-uri", required=True, help="the server's MLflow store")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=OUT, help="the methods' records")
+    parser.add_argument("--grid-out", type=Path, default=GRID_OUT, help="the grid's records")
     args = parser.parse_args(argv)
     with Client() as client:
         records = collect(client, args.tracking_uri)
-    args.out.write_text(json.dumps(records, indent=1) + "\n")
-    print(f"{len(records)} trial records -> {args.out}")
+    write(records, args.out, args.grid_out)
     return 0
 
 

@@ -5,9 +5,9 @@ Two phases per task, each a set of ordinary job specs submitted over REST:
   It chooses the learning rate and epochs that every method then uses (`choose` in `bench.reproduction.collect`).
 - `methods`: one job per method (5 seeds each) at the chosen learning rate and epochs.
 
-Every job's name starts with CAMPAIGN; its idempotency key is the name, so submitting the campaign again
+Every job's name is `<campaign>/<task>/<part>`; its idempotency key is the name, so submitting the campaign again
 returns the jobs that exist (finished, running or queued) instead of running their cells twice. A new
-CAMPAIGN version starts over.
+campaign name starts over.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CAMPAIGN = "repro-v1"
 TASKS = ("rte", "mrpc", "cola", "stsb", "sst2")
 TRAIN_EXAMPLES = 1000  # the low-resource regime of the paper's largest gains
 SEEDS = (1, 2, 3, 4, 5)
@@ -76,45 +75,67 @@ METHODS: tuple[Method, ...] = (
 METHOD_LABELS = tuple(m.label for m in METHODS)
 
 
-def job_name(task: str, part: str) -> str:
-    return f"{CAMPAIGN}/{task}/{part}"
+@dataclass(frozen=True)
+class Campaign:
+    """What the campaign runs. The defaults are the report's campaign; tests run a tiny one."""
+
+    name: str = "repro-v1"
+    tasks: tuple[str, ...] = TASKS
+    model: str = "minilm-l6"
+    training: dict[str, Any] = field(default_factory=lambda: dict(TRAINING))
+    seeds: tuple[int, ...] = SEEDS
+    grid_seeds: tuple[int, ...] = GRID_SEEDS
+    grid_learning_rates: tuple[float, ...] = GRID_LEARNING_RATES
+    grid_epochs: tuple[int, ...] = GRID_EPOCHS
+    methods: tuple[Method, ...] = METHODS
+    concurrency: int = 2  # trials at a time per job, 1 CPU each
+
+    def job_name(self, task: str, part: str) -> str:
+        return f"{self.name}/{task}/{part}"
+
+    def parse(self, job_name: str) -> tuple[str, str] | None:
+        """(task, part) of one of this campaign's job names, else None."""
+        prefix, _, rest = job_name.partition("/")
+        task, _, part = rest.partition("/")
+        return (task, part) if prefix == self.name and task and part else None
+
+    def _base(self, task: str, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "task": task,
+            "model": self.model,
+            "resources": {"cpus": 1},
+            "limits": {"max_concurrent_trials": self.concurrency, "max_retries": 2},
+        }
+
+    def grid_spec(self, task: str, *, asha: bool) -> dict[str, Any]:
+        """Vanilla over learning rate x epochs and grid_seeds; with ASHA stopping weak trials after 1, 2, 4
+        epochs (grace period 1, reduction factor 2)."""
+        spec = self._base(task, self.job_name(task, "grid-asha" if asha else "grid-full"))
+        spec |= {
+            "method": "vanilla",
+            "training": dict(self.training),
+            "search_space": {
+                "axes": {
+                    "learning_rate": {"type": "grid", "values": list(self.grid_learning_rates)},
+                    "epochs": {"type": "grid", "values": list(self.grid_epochs)},
+                }
+            },
+            "seeds": list(self.grid_seeds),
+        }
+        if asha:
+            spec["search"] = {"algorithm": "grid", "asha": {"grace_period": 1, "reduction_factor": 2}}
+        return spec
+
+    def method_spec(self, task: str, method: Method, *, learning_rate: float, epochs: int) -> dict[str, Any]:
+        spec = self._base(task, self.job_name(task, method.label))
+        spec |= {
+            "method": method.method,
+            "method_params": dict(method.params),
+            "training": {**self.training, "learning_rate": learning_rate, "epochs": epochs},
+            "seeds": list(self.seeds),
+        }
+        return spec
 
 
-def _base(task: str, name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "task": task,
-        "model": "minilm-l6",
-        "resources": {"cpus": 1},
-        "limits": {"max_concurrent_trials": 2, "max_retries": 2},
-    }
-
-
-def grid_spec(task: str, *, asha: bool) -> dict[str, Any]:
-    """Vanilla over learning rate x epochs, GRID_SEEDS; with ASHA stopping weak trials after 1, 2, 4 epochs."""
-    spec = _base(task, job_name(task, "grid-asha" if asha else "grid-full"))
-    spec |= {
-        "method": "vanilla",
-        "training": dict(TRAINING),
-        "search_space": {
-            "axes": {
-                "learning_rate": {"type": "grid", "values": list(GRID_LEARNING_RATES)},
-                "epochs": {"type": "grid", "values": list(GRID_EPOCHS)},
-            }
-        },
-        "seeds": list(GRID_SEEDS),
-    }
-    if asha:
-        spec["search"] = {"algorithm": "grid", "asha": {"grace_period": 1, "reduction_factor": 2}}
-    return spec
-
-
-def method_spec(task: str, method: Method, *, learning_rate: float, epochs: int) -> dict[str, Any]:
-    spec = _base(task, job_name(task, method.label))
-    spec |= {
-        "method": method.method,
-        "method_params": dict(method.params),
-        "training": {**TRAINING, "learning_rate": learning_rate, "epochs": epochs},
-        "seeds": list(SEEDS),
-    }
-    return spec
+CAMPAIGN = Campaign()

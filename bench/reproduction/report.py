@@ -27,7 +27,7 @@ PAPER = ROOT / "service" / "dashboard" / "paper_results.json"
 CONCLUSIONS = Path(__file__).with_name("conclusions.md")
 PLOT = ROOT / "docs" / "img" / "reproduction_curves.png"
 PAPER_TABLE = {"rte": "table3", "mrpc": "table3", "cola": "table1", "stsb": "table1", "sst2": "table3"}
-DIAGNOSTICS = ("r_s", "r_s_control", "delta_linf", "grad_ratio_rs", "ascent_signal", "bregman")
+DIAGNOSTICS = ("task_loss", "r_s", "r_s_control", "delta_linf", "grad_ratio_rs", "ascent_signal", "d_breg")
 
 Records = list[dict[str, Any]]
 
@@ -106,7 +106,7 @@ def _step_cost(records: Records, task: str) -> dict[str, float]:
 def _diagnostic_rows(records: Records) -> list[str]:
     rows = []
     for (task, method), runs in sorted(_by(records, "task", "method").items()):
-        if not any(runs[0]["components"].get(k) for k in ("r_s", "bregman")):
+        if not any(runs[0]["components"].get(k) for k in ("r_s", "d_breg")):
             continue
         cells = []
         for key in DIAGNOSTICS:
@@ -116,6 +116,45 @@ def _diagnostic_rows(records: Records) -> list[str]:
         cells.append(f"{statistics.mean(loss):.3f}" if loss else "–")
         rows.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
     return rows
+
+
+BASELINE = RESULTS / "baseline_stsb1k.json"
+BASELINE_VARIANTS = {
+    "nogroup": "smartune, no length grouping (the campaign's setting)",
+    "new": "smartune, length grouping (mega-batches of a quarter of the set)",
+    "old": "smartune, length grouping (mega-batches of 50 x batch)",
+}
+
+
+def baseline_section() -> list[str]:
+    """`smartune train --method vanilla` against an independent plain Hugging Face loop, paired by seed."""
+    if not BASELINE.exists():
+        return []
+    data = json.loads(BASELINE.read_text())
+    plain = {r["seed"]: 100 * r["best"] for r in data["variants"]["plain"]["runs"]}
+    setup = data["setup"]
+    lines = [
+        "## A strong vanilla first: smartune against a plain Hugging Face loop",
+        "",
+        f"STS-B, the first {setup['train_examples']} training examples, the full dev set, {setup['model']}, "
+        f"batch {setup['batch_size']}, lr {setup['lr']:g}, {setup['epochs']} epochs, seeds "
+        f"{', '.join(map(str, setup['seeds']))}; best dev Pearson. Commands: `{data['commands']['plain']}` and "
+        f"`{data['commands']['new']}` (file `bench/results/baseline_stsb1k.json`).",
+        "",
+        "| variant | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
+        "|---|---|---|---|",
+        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {mean_sd(list(plain.values()))[0]:.2f} ± "
+        f"{mean_sd(list(plain.values()))[1]:.2f} | – | – |",
+    ]
+    for key, label in BASELINE_VARIANTS.items():
+        ours = {r["seed"]: 100 * r["best"] for r in data["variants"][key]["runs"]}
+        seeds = sorted(ours.keys() & plain.keys())
+        p = paired([ours[s] for s in seeds], [plain[s] for s in seeds])
+        m, sd = mean_sd([ours[s] for s in seeds])
+        lines.append(
+            f"| {label} | {m:.2f} ± {sd:.2f} | {p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.2f} |"
+        )
+    return [*lines, ""]
 
 
 def grid_section(grid: Records) -> list[str]:
@@ -203,7 +242,8 @@ def render(records: Records, grid: Records) -> str:
         "",
     ]
     out += CONCLUSIONS.read_text().splitlines() if CONCLUSIONS.exists() else []
-    out += ["", "## The grid on vanilla (learning rate x epochs), in full and with ASHA", ""]
+    out += ["", *baseline_section()]
+    out += ["## The grid on vanilla (learning rate x epochs), in full and with ASHA", ""]
     out += grid_section(grid)
     tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
     out += ["## At convergence: the best dev score of each run", ""]
@@ -246,8 +286,8 @@ def render(records: Records, grid: Records) -> str:
         out.append(f"| {task} | " + " | ".join(cells) + " |")
     out += ["", "## What the regulariser measured (per-epoch means over every epoch and seed)", ""]
     out += [
-        "| task | method | R_s | R_s at δ = 0 | ‖δ‖∞ | R_s grad share | ascent signal | D_Breg | train loss |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | method | task loss | R_s | R_s at δ = 0 | ‖δ‖∞ | ‖∇R_s‖ / ‖∇L‖ (head) | ascent signal | D_Breg | train loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *_diagnostic_rows(records),
         "",
     ]

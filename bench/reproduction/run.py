@@ -4,15 +4,17 @@
     python -m bench.reproduction.run methods --tasks cola --lr 1e-4 --epochs 10
     python -m bench.reproduction.run methods --tasks cola             # lr/epochs chosen from the grid jobs
 
-The server is $SMARTUNE_URL with $SMARTUNE_API_KEY (a team's key). Each job goes in with its name as the
-Idempotency-Key: run the same command again after an interruption (of this script, or of the server and
-its Ray head) and it waits on the jobs that exist instead of submitting them again; a job whose cells
-all finished is never rerun. Progress: one bar per job, in finished trials.
+The server is $SMARTUNE_URL with $SMARTUNE_API_KEY (a team's key); choosing from the grid reads the
+server's MLflow store at $MLFLOW_TRACKING_URI. Each job goes in with its name as the Idempotency-Key: run
+the same command again after an interruption (of this script, or of the server and its Ray head) and it
+waits on the jobs that exist instead of submitting them again, so finished cells never run twice.
+Progress: one bar per job, in finished trials.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -20,28 +22,43 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from bench.reproduction import plan
+from bench.reproduction.plan import CAMPAIGN, TASKS, Campaign
 from smartune import Client
 
 FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+ENDED_TRIALS = ("TERMINATED", "ERROR", "STOPPED")
 
 
 def specs(
-    phase: str, tasks: Iterable[str], lr: float | None, epochs: int | None, client: Client
+    campaign: Campaign,
+    phase: str,
+    tasks: Iterable[str],
+    lr: float | None = None,
+    epochs: int | None = None,
+    *,
+    client: Client | None = None,
+    tracking_uri: str | None = None,
 ) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for task in tasks:
-        if phase == "grid":
-            out += [plan.grid_spec(task, asha=False), plan.grid_spec(task, asha=True)]
-            continue
-        if lr is None or epochs is None:
-            from bench.reproduction.collect import choose_from_server
+    """The phase's job specs; `methods` without lr and epochs chooses them from the grid jobs' results."""
+    tasks = list(tasks)
+    if phase == "grid":
+        return [campaign.grid_spec(t, asha=asha) for t in tasks for asha in (False, True)]
+    if lr is None or epochs is None:
+        from bench.reproduction.collect import choose, collect
 
-            chosen = choose_from_server(client, plan.TASKS)
-            lr, epochs = lr or chosen["learning_rate"], epochs or chosen["epochs"]
-            print(f"grid choice: lr {lr:g}, {epochs} epochs ({chosen['why']})", flush=True)
-        out += [plan.method_spec(task, m, learning_rate=lr, epochs=epochs) for m in plan.METHODS]
-    return out
+        if client is None or not tracking_uri:
+            raise SystemExit(
+                "choosing lr and epochs reads the grid from MLflow: set MLFLOW_TRACKING_URI, or pass --lr and --epochs"
+            )
+        chosen = choose(collect(client, tracking_uri, campaign))
+        lr, epochs = lr or chosen["learning_rate"], epochs or chosen["epochs"]
+        print(
+            f"grid choice: lr {lr:g}, {epochs} epochs, on {', '.join(chosen['tasks'])} ({chosen['why']})",
+            flush=True,
+        )
+    return [
+        campaign.method_spec(t, m, learning_rate=lr, epochs=epochs) for t in tasks for m in campaign.methods
+    ]
 
 
 def submit_all(client: Client, documents: list[dict[str, Any]]) -> list[str]:
@@ -64,29 +81,47 @@ def submit_all(client: Client, documents: list[dict[str, Any]]) -> list[str]:
     return ids
 
 
-def wait_all(client: Client, ids: list[str], poll_s: float) -> dict[str, str]:
+def wait_all(client: Client, ids: list[str], poll_s: float, *, bars: bool = True) -> dict[str, str]:
     """One bar per job in finished trials; returns job id -> final state."""
-    bars: dict[str, tqdm] = {}
+    shown: dict[str, tqdm] = {}
     ended: dict[str, str] = {}
-
-    while len(ended) < len(ids):
+    while True:
         for job_id in ids:
             if job_id in ended:
                 continue
             job = client.job(job_id)
-            progress = job["progress"]
-            total = int(progress["total"]) or 1
-            done = sum(progress["by_state"].get(s, 0) for s in ("TERMINATED", "ERROR", "STOPPED"))
-            bar = bars.setdefault(job_id, tqdm(total=total, desc=job["name"], unit="trial", leave=True))
-            bar.total = total
-            bar.n = done
-            bar.set_postfix_str(job["state"])
-            bar.refresh()
+            if bars:
+                bar = shown.setdefault(job_id, tqdm(total=1, desc=job["name"], unit="trial"))
+                bar.total = int(job["progress"]["total"]) or 1
+                bar.n = sum(job["progress"]["by_state"].get(s, 0) for s in ENDED_TRIALS)
+                bar.set_postfix_str(job["state"])
+                bar.refresh()
             if job["state"] in FINAL:
                 ended[job_id] = job["state"]
-                bar.close()
+                if bars:
+                    shown[job_id].close()
+        if len(ended) == len(ids):
+            return ended
         time.sleep(poll_s)
-    return ended
+
+
+def run(
+    client: Client,
+    campaign: Campaign,
+    phase: str,
+    tasks: Iterable[str],
+    *,
+    lr: float | None = None,
+    epochs: int | None = None,
+    tracking_uri: str | None = None,
+    wait: bool = True,
+    poll_s: float = 30.0,
+    bars: bool = True,
+) -> dict[str, str]:
+    """Submit (or find) the phase's jobs; with `wait`, return job id -> final state."""
+    documents = specs(campaign, phase, tasks, lr, epochs, client=client, tracking_uri=tracking_uri)
+    ids = submit_all(client, documents)
+    return wait_all(client, ids, poll_s, bars=bars) if wait else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.reproduction.run", description=__doc__.split("\n")[0]
     )
     parser.add_argument("phase", choices=["grid", "methods"])
-    parser.add_argument("--tasks", default=",".join(plan.TASKS), help="comma list (default: all five)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="comma list (default: all five)")
     parser.add_argument(
         "--lr", type=float, help="methods: the learning rate (default: chosen from the grid jobs)"
     )
@@ -103,14 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=30.0, help="seconds between polls")
     args = parser.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
-    unknown = sorted(set(tasks) - set(plan.TASKS))
+    unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         parser.error(f"--tasks: not in the campaign: {', '.join(unknown)}")
     with Client() as client:
-        ids = submit_all(client, specs(args.phase, tasks, args.lr, args.epochs, client))
-        if args.no_wait:
-            return 0
-        states = wait_all(client, ids, args.poll)
+        states = run(
+            client,
+            CAMPAIGN,
+            args.phase,
+            tasks,
+            lr=args.lr,
+            epochs=args.epochs,
+            tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
+            wait=not args.no_wait,
+            poll_s=args.poll,
+        )
     failed = [job for job, state in states.items() if state != "SUCCEEDED"]
     for job in failed:
         print(f"job {job} ended {states[job]}", file=sys.stderr)

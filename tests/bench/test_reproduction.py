@@ -1,0 +1,98 @@
+"""The reproduction campaign's pieces: the paired statistics, the equal-compute cut, the grid choice and the
+report (the campaign end to end against a real server: tests/integration/test_reproduction_campaign.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.reproduction import report
+from bench.reproduction.collect import choose
+from bench.reproduction.plan import CAMPAIGN, METHODS, Campaign
+from bench.reproduction.stats import best_within, paired
+
+BY_LABEL = {m.label: m for m in METHODS}
+
+
+def test_the_paired_test_matches_its_textbook_values() -> None:
+    result = paired([71.0, 69.0, 74.0, 70.0, 72.0], [70.0, 68.0, 72.0, 70.0, 70.0])
+    # differences 1, 1, 2, 0, 2: mean 1.2, sd 0.837, t = 1.2 / (0.837 / sqrt 5) = 3.207 on 4 df
+    assert result.mean == pytest.approx(1.2)
+    assert result.p_t == pytest.approx(0.0327, abs=5e-4)
+    assert 0.4 <= result.low <= 1.2 <= result.high <= 2.0
+    assert result.p_bootstrap < 0.1
+    flat = paired([1.0, 2.0], [1.0, 2.0])
+    assert (flat.mean, flat.p_t, flat.low, flat.high) == (0.0, 1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        paired([1.0], [0.0])
+
+
+def test_equal_compute_takes_the_best_epoch_that_ended_within_the_budget() -> None:
+    curve, seconds = [50.0, 70.0, 65.0, 80.0], [10.0, 10.0, 10.0, 10.0]
+    assert best_within(curve, seconds, 35.0) == 70.0
+    assert best_within(curve, seconds, 40.0) == 80.0
+    assert best_within(curve, seconds, 9.0) is None
+
+
+def _record(
+    task: str, method: str, seed: int, value: float, lr: float = 1e-4, epochs: int = 2
+) -> dict[str, Any]:
+    return {
+        "task": task,
+        "method": method,
+        "seed": seed,
+        "metric": "accuracy",
+        "value": value,
+        "epochs": epochs,
+        "planned_epochs": epochs,
+        "learning_rate": lr,
+        "wall_s": 20.0 * epochs,
+        "curve": [value - 5.0, value][-epochs:],
+        "epoch_seconds": [20.0] * epochs,
+        "train_loss": [0.7, 0.6][-epochs:],
+        "components": {"task_loss": [0.7, 0.6], "r_s": [1e-10, 1e-10], "d_breg": [1e-3, 2e-3]}
+        if "smart" in method
+        else {},
+        "mlflow_run_id": f"run-{task}-{method}-{seed}",
+    }
+
+
+def test_the_grid_choice_averages_seeds_then_tasks_and_ignores_unfinished_cells() -> None:
+    records = [
+        _record("rte", "grid-full", 1, 60.0, lr=1e-4),
+        _record("rte", "grid-full", 2, 64.0, lr=1e-4),
+        _record("cola", "grid-full", 1, 30.0, lr=1e-4),
+        _record("rte", "grid-full", 1, 70.0, lr=5e-5),
+        _record("cola", "grid-full", 1, 20.0, lr=5e-5),  # mean over tasks 45 vs 46 for 1e-4
+        {**_record("rte", "grid-full", 1, 99.0, lr=2e-5), "epochs": 1},  # stopped early: not a finished cell
+    ]
+    chosen = choose(records)
+    assert (chosen["learning_rate"], chosen["epochs"], chosen["score"]) == (1e-4, 2, 46.0)
+    with pytest.raises(LookupError, match="grid"):
+        choose([])
+
+
+def test_the_report_puts_paired_differences_and_the_papers_numbers_side_by_side(tmp_path: Path) -> None:
+    records = [
+        _record("rte", method, seed, value + bump)
+        for seed, value in ((1, 60.0), (2, 62.0), (3, 58.0))
+        for method, bump in (("vanilla", 0.0), ("smart", 1.0), ("smart-breg-only", -1.0))
+    ]
+    page = report.render(records, [])
+    rte = page[page.index("### rte") :]
+    assert "| smart | 3 | 61.00 ± 2.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in rte
+    assert "| vanilla | 3 | 60.00 ± 2.00 | – | – | – | 63.5 |" in rte
+    assert "| rte | smart | 6.50e-01 | 1.00e-10 |" in page  # the regulariser's components, per method
+    report.plot(records, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_campaigns_names_round_trip() -> None:
+    name = CAMPAIGN.job_name("stsb", "smart-renorm")
+    assert CAMPAIGN.parse(name) == ("stsb", "smart-renorm")
+    assert CAMPAIGN.parse("other/stsb/smart") is None
+    assert Campaign(name="x").parse(name) is None
+    spec = CAMPAIGN.method_spec("rte", BY_LABEL["smart"], learning_rate=1e-4, epochs=10)
+    assert spec["method_params"]["rs_dropout"] == "shared" and spec["training"]["length_grouping"] is False
