@@ -39,8 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="data_roots",
         help="an absolute folder its local data and models may come from (repeat for several)",
     )
+    _budget_flags(team)
     team.add_argument("--no-key", action="store_true", help="create no key")
     team.set_defaults(handler=create_team)
+
+    budget = cmds.add_parser("set-budget", help="set a team's GPU-hour / CPU-hour budget (none: no limit)")
+    budget.add_argument("name")
+    _budget_flags(budget, default=argparse.SUPPRESS)  # a flag not given changes nothing
+    budget.set_defaults(handler=set_budget)
 
     key = cmds.add_parser(
         "create-key", help="create an API key for TEAM (or a team-less admin key) and print it"
@@ -57,6 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     teams = cmds.add_parser("list-teams", help="list the teams and their quotas")
     teams.add_argument("--json", action="store_true", help="print the teams as one JSON document")
     teams.set_defaults(handler=list_teams)
+
+
+def _budget_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
+    limit = lambda v: None if v == "none" else float(v)  # noqa: E731
+    p.add_argument("--gpu-hours", type=limit, default=default, help="GPU-hours per period ('none': no limit)")
+    p.add_argument("--cpu-hours", type=limit, default=default, help="CPU-hours per period ('none': no limit)")
+    p.add_argument("--budget-days", type=limit, default=default,
+                   help="the budgets' rolling window in days (default: SMARTUNE_BUDGET_PERIOD_DAYS, 30)")  # fmt: skip
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -85,6 +99,9 @@ def create_team(args: argparse.Namespace) -> int:
             default_priority=args.priority,
             max_priority=max(args.max_priority, args.priority),
             data_roots=args.data_roots,
+            gpu_hours_budget=args.gpu_hours,
+            cpu_hours_budget=args.cpu_hours,
+            budget_period_days=args.budget_days,
         )
     except ValidationError as err:
         raise ValueError(f"invalid team: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
@@ -98,6 +115,36 @@ def create_team(args: argparse.Namespace) -> int:
     if key:
         print(key)
     print(f"created team {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def set_budget(args: argparse.Namespace) -> int:
+    """Only the flags given change: `--gpu-hours none` removes that budget."""
+    from pydantic import ValidationError
+
+    from service import crud
+    from service.schemas import TeamUpdate
+
+    flags = {
+        "gpu_hours_budget": "gpu_hours",
+        "cpu_hours_budget": "cpu_hours",
+        "budget_period_days": "budget_days",
+    }
+    given = {field: getattr(args, flag) for field, flag in flags.items() if hasattr(args, flag)}
+    if not given:
+        raise ValueError("name at least one of --gpu-hours, --cpu-hours, --budget-days")
+    try:
+        team_in = TeamUpdate.model_validate(given)
+    except ValidationError as err:
+        raise ValueError(f"invalid budget: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
+    db = _store(args)
+    with db.write_sessions() as session:
+        team = crud.get_team(session=session, name=args.name)
+        if team is None:
+            raise ValueError(f"no team {args.name!r}")
+        crud.update_team(session=session, team=team, team_in=team_in)
+        session.commit()
+    print(f"budget of {args.name!r}: " + ", ".join(f"{k}={v}" for k, v in given.items()), file=sys.stderr)
     return 0
 
 

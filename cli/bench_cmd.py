@@ -5,6 +5,8 @@ and what ASHA saves."""
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--padding-tasks", default="rte,mrpc,cola", help="tasks of the padding comparison ('' skips it)"
     )
     step.add_argument("--json", action="store_true", help="print one JSON object")
+    step.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="also merge the measurements into this calibration file (the format of "
+        "service/costs/calibration.json: one entry per method at this model, --seq-len and device)",
+    )
     step.set_defaults(handler=run_step)
     numerics = kinds.add_parser(
         "numerics", help="R_s, ‖δ‖, the δ = 0 control and the ascent signal by projection, dropout, precision"
@@ -118,9 +127,20 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
 
 
 def run_step(args: argparse.Namespace) -> int:
-    from bench.step import main
+    if args.calibration is None:
+        from bench.step import main
 
-    return main(args)
+        return main(args)
+    import json
+
+    from bench.calibration import write_calibration
+    from bench.step import run
+
+    result = run(args)
+    print(json.dumps(result, indent=2) if args.json else json.dumps(result["methods"]))
+    written = write_calibration(args.calibration, result)
+    print(f"wrote {written} calibration entries to {args.calibration}", file=sys.stderr)
+    return 0
 
 
 def run_numerics(args: argparse.Namespace) -> int:

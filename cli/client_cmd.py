@@ -117,6 +117,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--idempotency-key", default=None, help="resubmitting with the same key returns the same job"
     )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="validate and print the plan (trials, examples, device-hours, wall time, budget); submit nothing",
+    )
     common(p)
     p.set_defaults(handler=submit)
 
@@ -152,6 +157,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def submit(args: argparse.Namespace) -> int:
     spec = read_spec(args.spec)
+    if args.estimate:
+        from cli.estimate_view import render_estimate
+
+        show(args, lambda client: client.estimate(spec), render_estimate)
+        return 0
     return show(
         args, lambda client: client.submit_job(spec, idempotency_key=args.idempotency_key), _submitted
     )

@@ -94,6 +94,13 @@ class Settings(BaseSettings):
     )
     default_gpu_quota: float = Field(1.0, ge=0, description="GPUs a team without its own quota may hold")
     default_cpu_quota: float = Field(8.0, ge=0, description="CPUs a team without its own quota may hold")
+    budget_period_days: float = Field(
+        30.0, gt=0, le=3660, description="the rolling window of the teams' device-hour budgets (days)"
+    )
+    gpu_kind: str | None = Field(
+        None, max_length=128, description="the pool's GPU as torch names it (`NVIDIA H100 80GB HBM3`): the "
+        "calibration entries GPU trials are estimated with; unset = whichever GPU the table has"
+    )  # fmt: skip
     max_spec_bytes: int = Field(
         96 * 1024, ge=1024, description="the spec's canonical JSON: it travels in one environment variable"
     )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import security
+from service.costs import budget
 from service.db import utcnow
 from service.models import ACTIVE_STATES, ApiKey, Attempt, Job, JobState, Team, Transition, Trial
 from service.schemas import TeamCreate, TeamUpdate
@@ -87,9 +89,16 @@ def new_job_id() -> str:
 
 
 def create_job(
-    *, session: Session, team: Team, spec: JobSpec, n_trials: int, idempotency_key: str | None
+    *,
+    session: Session,
+    team: Team,
+    spec: JobSpec,
+    n_trials: int,
+    idempotency_key: str | None,
+    plan: dict[str, Any] | None = None,
 ) -> Job:
-    """Queue a validated spec; its priority is the team's default unless the spec sets one."""
+    """Queue a validated spec with its plan (service.costs.estimate); its priority is the team's default
+    unless the spec sets one."""
     priority = spec.priority if "priority" in spec.model_fields_set else team.default_priority
     job = Job(
         id=new_job_id(),
@@ -106,6 +115,9 @@ def create_job(
         max_concurrent_trials=spec.limits.max_concurrent_trials,
         cleanup_pending=False,
         attempt=0,
+        estimate=plan,
+        device_unit=plan["unit"] if plan else None,
+        estimated_hours=plan["device_hours"] if plan else None,
     )
     session.add(job)
     record_transition(session=session, job=job, from_state=None, reason="submitted")  # one flush for both
@@ -129,6 +141,7 @@ def set_state(*, session: Session, job: Job, state: JobState, reason: str) -> No
     if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
         job.finished_at = now
         job.wait_reason = None
+        budget.record_actual(session, job)  # what its trials held, as synced so far
     if state == JobState.RUNNING and job.started_at is None:
         job.started_at = now
     record_transition(session=session, job=job, from_state=before, reason=reason)

@@ -63,9 +63,11 @@ class ApiError(StarletteHTTPException):
         *,
         field: str | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(status_code=status_code, detail=detail, headers=headers)
         self.field = field
+        self.extra = extra  # more members of the body (a budget refusal's numbers)
 
 
 def not_found(what: str, ident: str) -> ApiError:
@@ -128,7 +130,7 @@ def allowed_methods(request: Request) -> str | None:
 async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     field = getattr(exc, "field", None)
-    body: dict[str, Any] = {"detail": exc.detail, "field": field}
+    body: dict[str, Any] = {**(getattr(exc, "extra", None) or {}), "detail": exc.detail, "field": field}
     if exc.status_code == 422:  # a check of the service's own (limits, paths): the same shape as pydantic's
         msg = str(exc.detail).removeprefix(f"{field}: ") if field else str(exc.detail)
         body["errors"] = [{"field": field, "msg": msg, "type": "value_error"}]

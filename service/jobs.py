@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service import crud, validation
 from service.config import Settings
+from service.costs import budget, calibration, estimate
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
@@ -50,6 +52,8 @@ def submit_job(
         if earlier is not None:
             return _replay(earlier, spec_hash), True
     n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
+    plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
+    plan["budget"] = budget.check(session, team, settings, plan)  # 409 with the numbers when it does not fit
     waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
     if waiting >= settings.max_queued_jobs_per_team:
         raise ApiError(  # room comes back when the scheduler admits one: try again after a round
@@ -59,7 +63,12 @@ def submit_job(
         )
     try:
         job = crud.create_job(
-            session=session, team=team, spec=spec, n_trials=n_trials, idempotency_key=idempotency_key
+            session=session,
+            team=team,
+            spec=spec,
+            n_trials=n_trials,
+            idempotency_key=idempotency_key,
+            plan=plan,
         )
         session.commit()
     except IntegrityError:  # a concurrent request with the same key won the race
@@ -71,6 +80,28 @@ def submit_job(
             raise
         return _replay(earlier, spec_hash), True
     return job, False
+
+
+def cost_plan(
+    *, session: Session, settings: Settings, team: Team, spec: JobSpec, capacity: Resources | None
+) -> dict[str, Any]:
+    """The spec's plan (service.costs.estimate) with this deployment's calibration."""
+    table = calibration.load(session)
+    return estimate.plan(spec, settings=settings, team=team, calibration=table, capacity=capacity)
+
+
+def dry_run(
+    *, session: Session, settings: Settings, team: Team, spec: JobSpec, capacity: Resources | None = None
+) -> dict[str, Any]:
+    """What a submission of `spec` would be told, and its plan; nothing is created. A budget it would
+    exceed is reported in the plan (`budget.fits` false, `budget.refusal`), not raised."""
+    validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
+    plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
+    try:
+        plan["budget"] = budget.check(session, team, settings, plan)
+    except ApiError as err:
+        plan["budget"] = {**(err.extra or {})["budget"], "refusal": err.detail}
+    return {"dry_run": True, **plan}
 
 
 def cancel_job(*, session: Session, job: Job, by: str) -> tuple[Job, str | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UTCDateTime, utcnow
@@ -58,6 +58,10 @@ class Team(Base):
     max_priority: Mapped[int] = mapped_column(Integer, default=0)  # set by an admin; jobs may not exceed it
     # Folders the team's local data and model paths may lie under, beside the deployment's own roots.
     data_roots: Mapped[list[str] | None] = mapped_column(JSON)
+    # Device-hour budgets over a rolling period (service.costs.budget); None: no budget of that kind.
+    gpu_hours_budget: Mapped[float | None] = mapped_column(Float)  # GPU-hours (GPUs per trial x hours)
+    cpu_hours_budget: Mapped[float | None] = mapped_column(Float)  # CPU-hours, of trials without GPUs
+    budget_period_days: Mapped[float | None] = mapped_column(Float)  # None: SMARTUNE_BUDGET_PERIOD_DAYS
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -111,6 +115,12 @@ class Job(Base):
     # scheduled and charged like any job; its summary is the audit report.
     kind: Mapped[str] = mapped_column(String(16), default=JobKind.SWEEP, server_default=JobKind.SWEEP)
     audit_of: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    # The plan at submission (service.costs.estimate) and what the job used: device-hours in `device_unit`
+    # (gpu-hours when its trials reserve GPUs, else cpu-hours). The actual is set when it ends.
+    estimate: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    device_unit: Mapped[str | None] = mapped_column(String(16))
+    estimated_hours: Mapped[float | None] = mapped_column(Float)
+    actual_hours: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)  # FIFO key; kept on requeue
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -169,6 +179,8 @@ class Trial(Base):
     best_score: Mapped[float | None] = mapped_column(Float)
     last_epoch: Mapped[int | None] = mapped_column(Integer)
     metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)  # latest value of each metric
+    wall_s: Mapped[float | None] = mapped_column(Float)  # its MLflow run's start to end (or to now), seconds
+    calibrated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # counted once
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 
@@ -193,3 +205,24 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class CalibrationRow(Base):
+    """A measured training cost on this deployment (service.costs): the mean over finished trials of
+    seconds per training example for one model x method x max_seq_length x device ("cpu" or a GPU's name)."""
+
+    __tablename__ = "calibration"
+    __table_args__ = (
+        UniqueConstraint("model", "method", "max_seq_length", "device", name="uq_calibration_key"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(255))
+    method: Mapped[str] = mapped_column(String(64))
+    max_seq_length: Mapped[int] = mapped_column(Integer)
+    device: Mapped[str] = mapped_column(String(128))
+    train_s_per_example: Mapped[float] = mapped_column(Float)
+    threads: Mapped[int | None] = mapped_column(Integer)
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer, default=0)  # trials averaged in (the weight is capped)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)

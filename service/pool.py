@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service import scheduler
-from service.models import ACTIVE_STATES, Job, JobState, Team
+from service.models import ACTIVE_STATES, Job, JobState, Team, Trial
 from service.scheduler import Plan, QueuedJob, Resources, TeamState
 
 
@@ -39,6 +39,28 @@ def concurrency(cpus: float, gpus: float, max_concurrent: int, n_trials: int, po
     return n
 
 
+# Trials that will not run again: a finished or ASHA-stopped one. An ERROR may still be retried by Tune.
+DONE_TRIAL_STATES = ("TERMINATED", "STOPPED")
+
+
+def finished_trials(session: Session) -> dict[str, int]:
+    """Active job id -> its trials that have ended for good (as last synced from MLflow)."""
+    rows = (
+        select(Trial.job_id, func.count())
+        .join(Job, Job.id == Trial.job_id)
+        .where(Job.state.in_(ACTIVE_STATES), Trial.state.in_(DONE_TRIAL_STATES))
+        .group_by(Trial.job_id)
+    )
+    return {job_id: int(n) for job_id, n in session.execute(rows)}
+
+
+def left_to_run(n_trials: int, finished: int) -> int:
+    """The trials a running job may still run at once are at most its unfinished ones: a job in its last
+    wave reserves only those (bench/pool_sim measured the whole footprint held to the last trial idling
+    about 5% of a busy pool)."""
+    return max(1, n_trials - finished)
+
+
 def load(
     session: Session,
     *,
@@ -59,12 +81,13 @@ def load(
         for t in session.scalars(select(Team))
     }
     cpus = gpus = 0.0
+    finished = finished_trials(session)
     active = select(
-        Job.team_id, Job.cpus_per_trial, Job.gpus_per_trial, Job.max_concurrent_trials, Job.n_trials
+        Job.id, Job.team_id, Job.cpus_per_trial, Job.gpus_per_trial, Job.max_concurrent_trials, Job.n_trials
     ).where(Job.state.in_(ACTIVE_STATES))
-    for team_id, cpt, gpt, conc, n in session.execute(active):
+    for job_id, team_id, cpt, gpt, conc, n in session.execute(active):
         team = teams[team_id]
-        running = concurrency(cpt, gpt, conc, n, capacity)
+        running = concurrency(cpt, gpt, conc, left_to_run(n, finished.get(job_id, 0)), capacity)
         team.gpus_in_use += gpt * running
         team.cpus_in_use += cpt * running
         team.jobs_running += 1

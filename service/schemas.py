@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.costs.schemas import CostPublic
+
 
 class Message(BaseModel):
     message: str
@@ -49,6 +51,11 @@ class TeamUpdate(BaseModel):
     data_roots: list[str] | None = Field(
         None, description="absolute folders the team's local data and model paths may lie under"
     )
+    gpu_hours_budget: float | None = Field(None, ge=0, description="GPU-hours per period; null = no limit")
+    cpu_hours_budget: float | None = Field(None, ge=0, description="CPU-hours per period; null = no limit")
+    budget_period_days: float | None = Field(
+        None, gt=0, le=3660, description="the budgets' rolling window; null = SMARTUNE_BUDGET_PERIOD_DAYS"
+    )
 
     @field_validator("data_roots")
     @classmethod
@@ -84,6 +91,9 @@ class TeamPublic(_ORM):
     default_priority: int
     max_priority: int
     data_roots: list[str] | None
+    gpu_hours_budget: float | None = None
+    cpu_hours_budget: float | None = None
+    budget_period_days: float | None = None
     created_at: datetime
 
 
@@ -198,6 +208,7 @@ class JobSubmitted(JobPublic):
 class JobDetail(JobPublic):
     spec: dict[str, Any]
     progress: Progress
+    cost: CostPublic = Field(description="estimated device-hours at submission vs measured")
     trials: list[TrialPublic]
     attempts: list[AttemptPublic]
     transitions: list[TransitionPublic]

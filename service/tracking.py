@@ -12,13 +12,14 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from service.series import Series, clean, downsample
-from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, STATE, TRIAL
+from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, PROVENANCE_PREFIX, STATE, TRIAL
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,12 @@ class TrialRun:
     best_score: float | None = None
     last_epoch: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None  # the run's start to its end (or to now while it is open), seconds
+    # What ran where, from the run's provenance tags (service.costs.refresh measures its cost by them).
+    config: dict[str, Any] | None = None  # the whole TrainConfig (`smartune.prov.config`)
+    device: str | None = None  # "cpu", or the GPU's name
+    threads: int | None = None
+    workers: int | None = None
 
 
 @dataclass
@@ -83,6 +90,35 @@ def _int(value: str | None, default: int = 0) -> int:
         return int(value) if value is not None else default
     except ValueError:
         return default
+
+
+def _wall_s(info: Any) -> float | None:
+    """Seconds from the run's start to its end, or to now while it is open (MLflow keeps milliseconds)."""
+    if not info.start_time:
+        return None
+    if info.end_time:
+        end = info.end_time
+    elif info.status in OPEN_RUN_STATUSES:
+        end = time.time() * 1000
+    else:
+        return None
+    return max(0.0, float(end - info.start_time) / 1000)
+
+
+def _json_dict(text: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _device(tags: dict[str, str]) -> str | None:
+    """`cpu`, or the GPU's name: the calibration's device kind."""
+    device = tags.get(f"{PROVENANCE_PREFIX}device")
+    if device is None:
+        return None
+    return "cpu" if device.startswith("cpu") else tags.get(f"{PROVENANCE_PREFIX}device_name", device)
 
 
 class MlflowTracker:
@@ -211,6 +247,11 @@ class MlflowTracker:
             best_score=best,
             last_epoch=epoch,
             metrics=metrics,
+            wall_s=_wall_s(run.info),
+            config=_json_dict(tags.get(f"{PROVENANCE_PREFIX}config")),
+            device=_device(tags),
+            threads=_int(tags.get(f"{PROVENANCE_PREFIX}torch_threads"), 0) or None,
+            workers=_int(tags.get(f"{PROVENANCE_PREFIX}workers"), 0) or None,
         )
 
     def summary(self, job_id: str, experiment: str | None = None) -> dict[str, Any] | None:

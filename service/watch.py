@@ -66,7 +66,8 @@ class Watcher:
         return _MLFLOW.submit(context.run, call).result(timeout=self.settings.mlflow_timeout_s)
 
     def poll_active(self) -> int:
-        """Reconcile every dispatched or running job, each on its own; return how many left the pool."""
+        """Reconcile every dispatched or running job, each on its own; return how many left the pool or
+        freed part of what they reserve (a trial of a job's last wave that ended): a reason to schedule."""
         with self.db.sessions() as session:
             rows = session.execute(select(Job.id, Job.attempt).where(Job.state.in_(ACTIVE_STATES))).all()
             pending = session.scalars(select(Job.id).where(Job.summary_pending)).all()
@@ -87,8 +88,9 @@ class Watcher:
                     logger.warning("summary of %s still unavailable: %s", job_id, err)
         return left
 
-    def poll(self, job_id: str, number: int) -> bool:
-        """Reconcile one job's attempt `number` with Ray; whether it left the pool."""
+    def poll(self, job_id: str, number: int) -> int:
+        """Reconcile one job's attempt `number` with Ray; 1 when it left the pool, else the trials that
+        ended for good since the last look."""
         with self.db.sessions() as session:
             job = crud.get_job(session=session, job_id=job_id, team_id=None)
             if job is None:
@@ -112,11 +114,10 @@ class Watcher:
                 seconds=self.settings.max_job_wall_time_s
             ):
                 return self._over_time(job_id, number)
-        if info.status in ("RUNNING", *RAY_FINAL):
-            self.sync_trials(job_id, experiment)
-        return info.status in RAY_FINAL and self._finish(
-            job_id, number, info.status, info.message, experiment
-        )
+        ended_trials = self.sync_trials(job_id, experiment) if info.status in ("RUNNING", *RAY_FINAL) else 0
+        if info.status in RAY_FINAL and self._finish(job_id, number, info.status, info.message, experiment):
+            return 1
+        return ended_trials
 
     def _lost(self, session: Session, job: Job) -> None:
         attempt = crud.current_attempt(session=session, job=job)
@@ -146,14 +147,15 @@ class Watcher:
             self._end_runs(job_id, "FAILED")
         return done
 
-    def sync_trials(self, job_id: str, experiment: str | None = None) -> None:
+    def sync_trials(self, job_id: str, experiment: str | None = None) -> int:
+        """Read the job's trials from MLflow; return how many ended for good since the last read."""
         try:
             runs = self._mlflow(lambda: self.tracker.job_runs(job_id, experiment))
         except Exception:
             logger.exception("trial sync of %s failed", job_id)
-            return
+            return 0
         with self.db.write_sessions() as session, session.begin():
-            apply_runs(session=session, job_id=job_id, runs=runs)
+            return apply_runs(session=session, job_id=job_id, runs=runs)
 
     def _finish(
         self, job_id: str, number: int, status: str, message: str | None, experiment: str | None

@@ -93,6 +93,16 @@ class Client:
         answer: dict[str, Any] = self._http.request("POST", "/jobs", json=document, headers=headers).json()
         return answer
 
+    def estimate(self, spec: Spec) -> dict[str, Any]:
+        """What submitting `spec` would cost, nothing created (`POST /jobs?dry_run=true`): trials after
+        deduplication, examples per epoch, device-hours, wall time, ASHA's expected saving and the team's
+        budget (`budget.fits`, `budget.refusal`). A spec the server would refuse raises as a submission does."""
+        document = spec if isinstance(spec, Mapping) else read_spec(spec)
+        answer: dict[str, Any] = self._http.request(
+            "POST", "/jobs", json=document, params={"dry_run": "true"}
+        ).json()
+        return answer
+
     def submit(self, spec: Spec, idempotency_key: str | None = None) -> str:
         """Submit a job spec (a mapping, or the path of a YAML/JSON file); return the job's id. With an
         `idempotency_key`, submitting again returns the same job."""

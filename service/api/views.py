@@ -15,7 +15,9 @@ from sqlalchemy.orm import Session
 from service import crud
 from service.api.redact import tenant_text
 from service.config import Settings
-from service.models import ApiKey, Job
+from service.costs import budget
+from service.costs.schemas import CostPublic
+from service.models import FINAL_STATES, ApiKey, Job
 from service.schemas import (
     ApiKeyPublic,
     AttemptPublic,
@@ -90,6 +92,7 @@ def job_detail(session: Session, job: Job, settings: Settings, *, admin: bool) -
         **job_public(job, settings, admin=admin).model_dump(),
         spec=json.loads(job.spec_json),
         progress=Progress(total=job.n_trials, by_state=dict(Counter(t.state for t in trials))),
+        cost=job_cost(session, job),
         trials=trial_views,
         attempts=[
             AttemptPublic.model_validate(a).model_copy(update={"message": _text(a.message, admin)})
@@ -99,6 +102,24 @@ def job_detail(session: Session, job: Job, settings: Settings, *, admin: bool) -
             TransitionPublic.model_validate(t).model_copy(update={"reason": _text(t.reason, admin) or ""})
             for t in crud.job_transitions(session=session, job_id=job.id)
         ],
+    )
+
+
+def job_cost(session: Session, job: Job) -> CostPublic:
+    """The estimate at submission, the hours measured so far and, once the job ended, the actual and the
+    relative error (estimated - actual) / actual."""
+    measured = budget.job_hours(session, job) if job.state not in FINAL_STATES else job.actual_hours
+    actual = job.actual_hours if job.state in FINAL_STATES else None
+    estimated = job.estimated_hours
+    error = (estimated - actual) / actual if estimated is not None and actual else None
+    asha = (job.estimate or {}).get("asha")
+    return CostPublic(
+        unit=job.device_unit or budget.unit_of(job),
+        estimated_hours=estimated,
+        actual_hours=actual,
+        measured_hours=measured,
+        relative_error=error,
+        expected_with_asha=asha.get("expected_device_hours") if isinstance(asha, dict) else None,
     )
 
 

@@ -101,15 +101,22 @@ def read_snapshot(db: Database, capacity: Resources | None, *, timeout_s: float)
         ).all()
         active = session.execute(
             select(
-                Team.name, Job.cpus_per_trial, Job.gpus_per_trial, Job.max_concurrent_trials, Job.n_trials
+                Team.name,
+                Job.id,
+                Job.cpus_per_trial,
+                Job.gpus_per_trial,
+                Job.max_concurrent_trials,
+                Job.n_trials,
             ).outerjoin(Job, and_(Job.team_id == Team.id, Job.state.in_(ACTIVE_STATES)))
         ).all()
+        finished = pool.finished_trials(session)
     jobs = {(team, str(state)): int(n) for team, state, n in counts}
     reserved: dict[str, Resources] = {}
-    for team, cpt, gpt, concurrent, n_trials in active:
+    for team, job_id, cpt, gpt, concurrent, n_trials in active:
         held = reserved.get(team, Resources(0.0, 0.0))
         if cpt is not None:  # a team without active jobs: one row of NULLs
-            running = pool.concurrency(cpt, gpt, concurrent, n_trials, capacity)
+            left = pool.left_to_run(n_trials, finished.get(job_id, 0))
+            running = pool.concurrency(cpt, gpt, concurrent, left, capacity)
             held = Resources(held.cpus + cpt * running, held.gpus + gpt * running)
         reserved[team] = held
     return Snapshot(jobs=jobs, reserved=reserved)

@@ -34,6 +34,13 @@ def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server
     assert job["mlflow_parent_run_id"] and job["mlflow_url"].endswith(f"/runs/{job['mlflow_parent_run_id']}")
     assert all(t["mlflow_url"].endswith(t["mlflow_run_id"]) for t in job["trials"])
     assert [t["to_state"] for t in job["transitions"]] == ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+    # estimated vs actual device-hours: tiny-random has no packaged calibration, so the job's estimate is
+    # unknown; its finished trials measured it, so the same spec is now priced from this deployment's table
+    cost = job["cost"]
+    assert cost["unit"] == "cpu-hours" and cost["actual_hours"] > 0 and cost["estimated_hours"] is None
+    plan = api("POST", "/api/v1/jobs", params={"dry_run": "true"}, json=tiny_spec()).json()
+    assert plan["device_hours"] > 0, plan["unknown"]
+    assert "measured here" in plan["groups"][0]["calibration"]["entry"]["source"]
     results = api("GET", f"/api/v1/jobs/{job_id}/results").json()
     assert results["job_id"] == job_id and len(results["cells"]) == 2
     assert results["best"]["value"] == job["best_value"]

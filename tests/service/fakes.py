@@ -168,6 +168,9 @@ class FakeTracker:
                 best_score=score,
                 last_epoch=kw.get("epoch"),
                 metrics=kw.get("metrics", {"score": score} if score is not None else {}),
+                wall_s=kw.get("wall_s"),
+                config=kw.get("config"),
+                device=kw.get("device"),
             )
         )
         self.trials[job_id] = runs

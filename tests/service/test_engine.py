@@ -213,3 +213,38 @@ def test_cancel_while_the_attempt_is_being_submitted(
     assert fake_ray.submissions == []
     job = read(client, team_key, job_id)
     assert job["attempts"][0]["state"] == "STOPPED" and job["state"] == "CANCELLED"
+
+
+def test_a_job_in_its_last_wave_reserves_only_its_unfinished_trials(
+    client: TestClient, db: Database, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker
+) -> None:
+    """N trials, 2 at a time, 1 GPU each: the job holds 2 GPUs until N - 1 of its trials have ended for good;
+    then only its last trial's GPU, and the team's next job fits in its 2-GPU quota in the same round as
+    the trial sync that saw it. A trial in ERROR may still be retried, so it keeps its GPU reserved."""
+    from service.tracking import TrialRun
+
+    fake_ray.gpus = 4
+    key = make_team(db, "alpha", gpu_quota=2)
+    wide = submit(
+        client, key, spec(resources={"gpus": 1}, seeds=[1, 2, 3], limits={"max_concurrent_trials": 2})
+    )
+    engine.tick()
+    fake_ray.set(f"{wide['id']}-a1", "RUNNING")
+    narrow = submit(client, key, spec(resources={"gpus": 1}, seeds=[9]))["id"]
+    engine.tick()
+    assert read(client, key, narrow)["wait_reason"] == "team quota: 2/2 GPUs in use, needs 1 GPU at its peak"
+
+    def trials(*states: str) -> None:
+        fake_tracker.trials[wide["id"]] = [
+            TrialRun(trial_id=f"t{i}", run_id=f"r{i}", attempt=1, state=state)
+            for i, state in enumerate(states)
+        ]
+
+    done = ["TERMINATED"] * (wide["n_trials"] - 2)
+    trials(*done, "ERROR", "RUNNING")
+    engine.tick()
+    engine.tick()
+    assert read(client, key, narrow)["state"] == "QUEUED"
+    trials(*done, "STOPPED", "RUNNING")
+    engine.tick()
+    assert read(client, key, narrow)["state"] == "DISPATCHED"

@@ -45,7 +45,10 @@ def test_openapi_lists_every_route_with_auth_and_examples(client: TestClient) ->
     examples = submit["requestBody"]["content"]["application/json"]["examples"]
     assert {"quick", "paper-grid"} <= set(examples)
     assert {"201", "200", "409", "413", "422"} <= set(submit["responses"])
-    assert submit["parameters"][0]["name"] == "idempotency-key"
+    assert {p["name"]: p["in"] for p in submit["parameters"]} == {
+        "idempotency-key": "header",
+        "dry_run": "query",
+    }
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert "security" not in paths["/healthz"]["get"]
     assert "security" not in paths["/readyz"]["get"]

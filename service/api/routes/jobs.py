@@ -33,10 +33,13 @@ from service.api.redact import public_audit, public_summary
 from service.api.responses import KEYED, errors
 from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
+from service.costs.schemas import JobEstimate
 from service.errors import ApiError, not_found
 from service.models import Job, JobKind, JobState, Team
 from service.ray_jobs import RayJobError, RayUnavailable
+from service.scheduler import Resources
 from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
+from worker.contract.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -67,10 +70,13 @@ def caller_job(session: SessionDep, key: Principal, job_id: str, *, for_update: 
 @router.post(
     "",
     status_code=201,
-    response_model=JobSubmitted,
+    response_model=JobSubmitted | JobEstimate,
     openapi_extra=SPEC_BODY,
     responses={
-        200: {"model": JobSubmitted, "description": "Idempotency-Key replay: the original job"},
+        200: {
+            "model": JobSubmitted | JobEstimate,
+            "description": "Idempotency-Key replay: the original job; with dry_run=true: the plan",
+        },
         **errors(
             400,
             *KEYED,
@@ -81,7 +87,8 @@ def caller_job(session: SessionDep, key: Principal, job_id: str, *, for_update: 
             422,
             notes={
                 403: "the key belongs to no team (admin keys cannot submit)",
-                409: "Idempotency-Key reused with a different spec",
+                409: "Idempotency-Key reused with a different spec, or the estimate exceeds what is left of "
+                "the team's device-hour budget (`budget`: estimate, used, reserved, budget, left)",
                 429: "the key's rate limit (with Retry-After), or the team's queue is full",
             },
         ),
@@ -95,15 +102,26 @@ async def create_job(
     engine: EngineDep,
     writer: WriterDep,
     response: Response,
+    read_session: SessionDep,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
-) -> JobSubmitted:
-    """Submit a job spec (one sweep); it waits in the queue until its team's quota and the pool have room."""
+    dry_run: Annotated[
+        bool,
+        Query(
+            description="validate as a submission and return the plan (trials, hours, budget); create nothing"
+        ),
+    ] = False,
+) -> JobSubmitted | JobEstimate:
+    """Submit a job spec (one sweep); it waits in the queue until its team's quota and the pool have room.
+    Refused (409) when its estimated device-hours exceed what is left of the team's budget."""
     raw = await request.body()
     spec = await anyio.to_thread.run_sync(
         lambda: read_spec(raw, request.headers.get("content-type"), max_cells=settings.max_cells),
         limiter=request.app.state.spec_limiter,
     )
     capacity = engine.capacity
+    if dry_run:
+        response.status_code = 200
+        return await run_in_threadpool(_estimate, read_session, key, settings, spec, capacity)
 
     def submit() -> JobSubmitted:
         team = session.get(Team, key.team_id)
@@ -128,6 +146,16 @@ async def create_job(
     if not submitted.replayed:
         engine.wake()
     return submitted
+
+
+def _estimate(
+    session: SessionDep, key: TeamKey, settings: SettingsDep, spec: JobSpec, capacity: Resources | None
+) -> JobEstimate:
+    team = session.get(Team, key.team_id)
+    if team is None:  # deleted after the key was cached
+        raise ApiError(403, "this key's team no longer exists")
+    plan = job_ops.dry_run(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
+    return JobEstimate.model_validate(plan)
 
 
 @router.get("", response_model=JobsPublic, responses=errors(*KEYED, 422))

@@ -1,0 +1,77 @@
+"""Measured step costs in the control plane's calibration format (service/costs/calibration.json).
+
+`smartune bench step --calibration PATH` writes its measurements here: one entry per plain method preset
+(model x method x max_seq_length x device), the per-example cost of one full training update
+(`train_s_per_example` = the median step seconds / the batch size; the amortised cost where the method's
+diagnostics steps were timed too), and each method's cost ratio to vanilla. Entries already in PATH under
+other keys are kept; the same key is replaced. Pure JSON in and out: no torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from smart_core.config import METHOD_PRESETS
+
+
+def device_kind(setup: Mapping[str, Any]) -> str:
+    """`cpu`, or the GPU's name (`NVIDIA H100 80GB HBM3`): the calibration's device key."""
+    return "cpu" if str(setup["device"]).startswith("cpu") else str(setup["device_name"])
+
+
+def entries_from_step(
+    result: Mapping[str, Any], source: str
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """`bench step`'s result as calibration entries and method ratios (plain presets only: a variant such
+    as `smart+rs_dropout=off` is not a method a spec names)."""
+    setup = result["setup"]
+    batch, seq = int(setup["batch_size"]), int(setup["seq_len"])
+    entries, ratios = [], {}
+    for method, row in result["methods"].items():
+        if method not in METHOD_PRESETS:
+            continue
+        seconds = float(row.get("amortized_step_s", row["step_s"]))
+        ratios[method] = float(row.get("amortized_time_ratio", row["time_ratio"]))
+        entries.append(
+            {
+                "model": setup["model"],
+                "method": method,
+                "max_seq_length": seq,
+                "device": device_kind(setup),
+                "threads": int(setup["threads"]),
+                "batch_size": batch,
+                "train_s_per_example": seconds / batch,
+                "source": f"{source}: methods.{method}."
+                f"{'amortized_step_s' if 'amortized_step_s' in row else 'step_s'} {seconds:.4f} s / batch {batch} "
+                f"at {seq} tokens ({setup.get('batch_source', 'fixed batch')}), {setup['threads']} threads",
+            }
+        )
+    return entries, ratios
+
+
+def _key(entry: Mapping[str, Any]) -> tuple[str, str, int, str]:
+    return (entry["model"], entry["method"], int(entry["max_seq_length"]), entry["device"])
+
+
+def merge(
+    document: dict[str, Any], entries: list[dict[str, Any]], ratios: Mapping[str, float]
+) -> dict[str, Any]:
+    """`document` (the calibration format) with `entries` replacing the same keys and `ratios` the same
+    methods' ratios."""
+    fresh = {_key(e): e for e in entries}
+    kept = [e for e in document.get("entries", []) if _key(e) not in fresh]
+    document["entries"] = sorted([*kept, *fresh.values()], key=_key)
+    document["method_ratios"] = {**document.get("method_ratios", {}), **ratios}
+    return document
+
+
+def write_calibration(path: Path, result: Mapping[str, Any], source: str = "smartune bench step") -> int:
+    """Merge `bench step`'s result into the calibration file at `path` (created when missing); return how
+    many entries were written."""
+    document = json.loads(path.read_text()) if path.exists() else {}
+    entries, ratios = entries_from_step(result, source)
+    path.write_text(json.dumps(merge(document, entries, ratios), indent=2) + "\n")
+    return len(entries)

@@ -1,0 +1,171 @@
+"""The plan of a valid spec: its trials, what each trains and evaluates, and the device-hours they take.
+
+A trial's seconds = its overhead (start, model load, tokenising, MLflow; per model in the calibration) +
+epochs x (training examples x seconds per training example + evaluated examples x seconds per evaluated
+example), from the calibration table (service.costs.calibration) at the trial's model, method,
+max_seq_length and device. Device-hours = trial seconds x the units a trial reserves (its GPUs when it
+asks for any: GPU-hours; else its CPUs: CPU-hours) / 3600, summed over trials. Wall time: the trials laid
+out, longest first, on the slots the job may run at once (its max_concurrent_trials within the pool and
+the team's quota). ASHA's saving is an expectation (service.costs.asha) shown beside the full figure, which
+is what a budget is charged with. Sampled (random) axes are costed at the spec's base value.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from service.config import Settings
+from service.costs import asha
+from service.costs.calibration import ANY_GPU, Calibration
+from service.costs.sizes import eval_examples, train_examples
+from service.models import Team
+from service.pool import concurrency
+from service.scheduler import Resources
+from service.validation import quotas
+from worker.contract.spec import JobSpec
+
+# What makes two trials cost the same.
+COST_FIELDS = ("task", "model", "method", "max_seq_length", "epochs", "batch_size", "max_train_samples",
+               "max_eval_samples", "train_fraction", "data", "workers")  # fmt: skip
+
+
+def device_of(spec: JobSpec, settings: Settings) -> tuple[str, str, float]:
+    """(device kind, unit, units per trial): a trial with GPUs is charged its GPUs, else its CPUs."""
+    if spec.resources.gpus > 0:
+        return settings.gpu_kind or ANY_GPU, "gpu-hours", spec.resources.gpus
+    return "cpu", "cpu-hours", spec.resources.cpus
+
+
+def _group(
+    trial: dict[str, Any], count: int, spec: JobSpec, settings: Settings, calibration: Calibration
+) -> dict[str, Any]:
+    device, _unit, _units = device_of(spec, settings)
+    train = train_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_train_samples"],
+                           trial["train_fraction"])  # fmt: skip
+    evals = eval_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_eval_samples"])
+    match = calibration.lookup(trial["model"], trial["method"], trial["max_seq_length"], device)
+    out: dict[str, Any] = {
+        "trials": count,
+        **{k: trial[k] for k in ("task", "model", "method", "max_seq_length", "epochs", "batch_size")},
+        "train_examples": train.rows,
+        "train_examples_basis": train.basis,
+        "eval_examples": evals.rows,
+        "eval_examples_basis": evals.basis,
+        "calibration": None,
+        "seconds_per_trial": None,
+        "seconds_per_epoch": None,
+        "unknown": None,
+    }
+    if match is None:
+        out["unknown"] = (f"no calibration entry for model {trial['model']!r} on {device!r} (nor vanilla's, "
+                          "for a method cost ratio)")  # fmt: skip
+        return out
+    overhead = calibration.overhead_s(trial["model"])
+    notes = []
+    if match.entry.threads and device == "cpu" and match.entry.threads != int(spec.resources.cpus):
+        notes.append(f"measured with {match.entry.threads} threads; a trial has {spec.resources.cpus:g} CPUs "
+                     "(not scaled)")  # fmt: skip
+    out["calibration"] = {
+        "entry": match.entry.describe(),
+        "fallback": match.fallback,
+        "train_s_per_example": match.train_s_per_example,
+        "eval_s_per_example": match.eval_s_per_example,
+        "overhead_s": overhead,
+        "notes": notes,
+    }
+    if train.rows is None or evals.rows is None:
+        out["unknown"] = train.basis if train.rows is None else evals.basis
+        return out
+    workers = trial["workers"] if spec.resources.gpus > 1 else 1  # GPU ranks split each batch
+    epoch = train.rows * match.train_s_per_example / workers + evals.rows * match.eval_s_per_example
+    out["seconds_per_epoch"] = epoch
+    out["seconds_per_trial"] = overhead + trial["epochs"] * epoch
+    return out
+
+
+def _wall_s(durations: list[float], slots: int) -> float:
+    """Longest-first list scheduling of the trials on `slots` slots: when the last one ends."""
+    ends = [0.0] * max(1, slots)
+    for seconds in sorted(durations, reverse=True):
+        heapq.heappush(ends, heapq.heappop(ends) + seconds)
+    return max(ends)
+
+
+def _asha(spec: JobSpec, groups: list[dict[str, Any]], n_trials: int, units: float) -> dict[str, Any] | None:
+    if spec.search.asha is None:
+        return None
+    rule = spec.search.asha
+    max_t = max(g["epochs"] for g in groups)
+    full = expected = 0.0
+    for g in groups:
+        epochs = asha.expected_epochs(n_trials, g["epochs"], max_t, rule.grace_period, rule.reduction_factor)
+        full += g["trials"] * g["epochs"]
+        expected += g["trials"] * epochs
+    out: dict[str, Any] = {
+        "grace_period": rule.grace_period,
+        "reduction_factor": rule.reduction_factor,
+        "rungs": asha.rungs(max_t, rule.grace_period, rule.reduction_factor),
+        "expected_epoch_fraction": expected / full,
+        "expected_device_hours": None,
+        "expected_saved_device_hours": None,
+        "note": "an expectation (scores exchangeable, arriving in random order); equal scores stop no trial. "
+        "A budget is charged the full estimate",
+    }
+    if all(g["seconds_per_trial"] is not None for g in groups):
+        saved = sum(g["trials"] * g["seconds_per_epoch"] * (g["epochs"] - asha.expected_epochs(
+            n_trials, g["epochs"], max_t, rule.grace_period, rule.reduction_factor)) for g in groups)  # fmt: skip
+        total = sum(g["trials"] * g["seconds_per_trial"] for g in groups)
+        out["expected_device_hours"] = (total - saved) * units / 3600
+        out["expected_saved_device_hours"] = saved * units / 3600
+    return out
+
+
+def plan(
+    spec: JobSpec,
+    *,
+    settings: Settings,
+    team: Team,
+    calibration: Calibration,
+    capacity: Resources | None = None,
+) -> dict[str, Any]:
+    """The plan of a spec that passed validation (service.validation.check_spec): JSON-able."""
+    cells = spec.trials()
+    samples = spec.search.num_samples
+    n_trials = len(cells) * samples
+    alike: dict[str, list[Any]] = {}  # the first trial of each kind, and how many there are
+    for trial in cells:
+        alike.setdefault(repr([trial.get(k) for k in COST_FIELDS]), [trial, 0])[1] += 1
+    groups = [_group(trial, n * samples, spec, settings, calibration) for trial, n in alike.values()]
+    if getattr(spec, "multitask", None) is not None:
+        for g in groups:
+            g["unknown"] = "joint multitask trials are not estimated yet"
+    device, unit, units = device_of(spec, settings)
+    gpu_quota, cpu_quota = quotas(team, settings)
+    running = concurrency(spec.resources.cpus, spec.resources.gpus, spec.limits.max_concurrent_trials,
+                          n_trials, capacity)  # fmt: skip
+    unknown = [g["unknown"] for g in groups if g["unknown"]]
+    durations = [g["seconds_per_trial"] for g in groups for _ in range(g["trials"])]
+    known = not unknown
+    trial_s = sum(durations) if known else None
+    return {
+        "trials": n_trials,
+        "cells": len(cells),
+        "samples_per_cell": samples,
+        "device": device,
+        "unit": unit,
+        "units_per_trial": units,
+        "device_hours": trial_s * units / 3600 if trial_s is not None else None,
+        "trial_hours": trial_s / 3600 if trial_s is not None else None,
+        "wall_hours": _wall_s(durations, running) / 3600 if known else None,
+        "concurrency": {
+            "requested": spec.limits.max_concurrent_trials,
+            "running": running,
+            "team_quota": {"gpus": gpu_quota, "cpus": cpu_quota},
+            "pool": None if capacity is None else {"gpus": capacity.gpus, "cpus": capacity.cpus},
+        },
+        "groups": groups,
+        "asha": _asha(spec, groups, n_trials, units),
+        "unknown": unknown,
+        "sampled_axes": sorted(spec.sampled_axes()),  # costed at the spec's base value
+    }

@@ -1,0 +1,64 @@
+"""The calibration table learns from finished trials (called by service.sync for every synced trial).
+
+A trial that trained to its end (TERMINATED) or was stopped by ASHA after some epochs (STOPPED) logged its
+throughput (`mean_examples_per_s` at its end, `examples_per_s` per epoch) and, in its provenance tags,
+its whole config and device. One such trial, on one worker, adds 1 / examples_per_s (seconds per training
+example) to the `calibration` row of its model x method x max_seq_length x device: a running mean whose
+weight is capped at MAX_WEIGHT trials, so the row follows a deployment that changes. Each trial counts
+once (`trials.calibrated`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db import utcnow
+from service.models import CalibrationRow, Trial
+from service.tracking import TrialRun
+
+MAX_WEIGHT = 20  # trials a row's mean weighs at most against a new one
+MEASURED_STATES = ("TERMINATED", "STOPPED")
+
+
+def measurement(run: TrialRun) -> tuple[tuple[str, str, int, str], float] | None:
+    """(calibration key, seconds per training example) of a finished single-worker trial, else None."""
+    rate = run.metrics.get("mean_examples_per_s") or run.metrics.get("examples_per_s")
+    config = run.config or {}
+    if run.state not in MEASURED_STATES or not rate or rate <= 0 or run.device is None:
+        return None
+    if (run.workers or 1) > 1 or not {"model", "method", "max_seq_length"} <= config.keys():
+        return None
+    key = (str(config["model"]), str(config["method"]), int(config["max_seq_length"]), run.device)
+    return key, 1.0 / float(rate)
+
+
+def learn(session: Session, row: Trial, run: TrialRun) -> bool:
+    """Fold the trial's measured cost into the table once; whether it did."""
+    if row.calibrated:
+        return False
+    measured = measurement(run)
+    if measured is None:
+        return False
+    (model, method, seq, device), seconds = measured
+    entry = session.scalar(
+        select(CalibrationRow).where(
+            CalibrationRow.model == model,
+            CalibrationRow.method == method,
+            CalibrationRow.max_seq_length == seq,
+            CalibrationRow.device == device,
+        )
+    )
+    batch = (run.config or {}).get("batch_size")
+    if entry is None:
+        entry = CalibrationRow(model=model, method=method, max_seq_length=seq, device=device,
+                               train_s_per_example=seconds, samples=0)  # fmt: skip
+        session.add(entry)
+    else:
+        weight = min(entry.samples, MAX_WEIGHT)
+        entry.train_s_per_example = (entry.train_s_per_example * weight + seconds) / (weight + 1)
+    entry.samples += 1
+    entry.threads, entry.batch_size = run.threads, int(batch) if isinstance(batch, int) else None
+    entry.updated_at = utcnow()
+    row.calibrated = True
+    return True
