@@ -1,0 +1,181 @@
+"""The event loop: arrivals and trial ends on a simulated clock, admission by the control plane's own code.
+
+Each scheduling round (at most every `round_s` simulated seconds, as the engine's interval, and at an
+arrival) builds what `service.pool.load` builds from the job store, `QueuedJob`s with the footprint of
+`service.pool.concurrency` and `TeamState`s holding what their active jobs reserve, and calls
+`service.scheduler.plan`. An admitted job reserves its footprint until its last trial ends (as the service
+counts it); its trials start, up to its concurrency, wherever `Cluster` can place them (Ray's part, at
+once, on every event). `policy="fifo"` runs the same code with every job in one team at priority 0:
+first come, first served. `release_tail=False` keeps a job's whole footprint reserved to its last trial,
+as the service did before it counted finished trials (`service.pool.left_to_run`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bench.pool_sim.cluster import Cluster, Where
+from bench.pool_sim.workload import Job, Team
+from service.pool import concurrency
+from service.scheduler import QueuedJob, Resources, TeamState, plan
+
+Policy = Literal["fair", "fifo"]
+
+
+@dataclass
+class Active:
+    job: Job
+    footprint: float  # GPUs reserved
+    pending: list[float]  # durations of trials not started, next last
+    running: int = 0
+
+
+@dataclass
+class Trace:
+    gpus: int
+    waits: dict[str, float] = field(default_factory=dict)  # job id -> seconds queued before admission
+    gpu_seconds: dict[int, float] = field(default_factory=dict)  # team id -> GPU-seconds of trials run
+    window_s: float = 0.0  # fairness is measured over [0, window_s]: the week itself
+    in_window: dict[int, float] = field(default_factory=dict)  # team id -> GPU-seconds run inside it
+    busy_backlogged: float = 0.0  # GPU-seconds busy while work was waiting
+    backlogged_s: float = 0.0  # seconds while work was waiting
+    busy_total: float = 0.0
+    decision_s: list[float] = field(default_factory=list)  # wall seconds of each plan() call
+    queue_lengths: list[int] = field(default_factory=list)
+    end: float = 0.0
+    busy_series: list[tuple[float, float, int]] = field(default_factory=list)  # (t, busy GPUs, queued jobs)
+
+
+def run(
+    teams: list[Team],
+    jobs: list[Job],
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    policy: Policy = "fair",
+    round_s: float = 2.0,
+    max_jobs: int | None = None,
+    sample_every: float = 600.0,
+    release_tail: bool = True,
+    window_s: float = 7 * 24 * 3600.0,
+) -> Trace:
+    cluster = Cluster(nodes, gpus_per_node)
+    capacity = Resources(0.0, float(cluster.gpus))
+    trace = Trace(cluster.gpus, window_s=window_s)
+    queued_rows: dict[str, QueuedJob] = {}  # a queued job's row never changes: built once
+    arrivals = list(reversed(jobs))  # pop from the end: earliest first
+    queued: dict[str, Job] = {}
+    active: dict[str, Active] = {}
+    order: list[str] = []  # admission order: Ray serves pending trials first come, first served
+    ends: list[tuple[float, int, str, float, Where]] = []  # (time, seq, job id, gpus, where)
+    seq, now, last_round, busy, next_sample = 0, 0.0, -1e18, 0.0, 0.0
+    dirty = False  # something changed since the last round: without a change a round decides the same
+
+    def backlogged() -> bool:
+        return bool(queued) or any(a.pending and a.running < a.job.max_concurrent for a in active.values())
+
+    def advance(to: float) -> None:
+        nonlocal now
+        span = to - now
+        if span > 0:
+            trace.busy_total += busy * span
+            if backlogged():
+                trace.busy_backlogged += busy * span
+                trace.backlogged_s += span
+        now = to
+
+    def start_trials() -> None:
+        nonlocal seq, busy
+        for job_id in order:
+            a = active[job_id]
+            while a.pending and a.running < a.footprint / a.job.gpus_per_trial - 1e-9:
+                where = cluster.place(a.job.gpus_per_trial)
+                if where is None:
+                    break
+                duration = a.pending.pop()
+                a.running += 1
+                busy += a.job.gpus_per_trial
+                seq += 1
+                heapq.heappush(ends, (now + duration, seq, job_id, a.job.gpus_per_trial, where))
+                team_id, g = a.job.team_id, a.job.gpus_per_trial
+                trace.gpu_seconds[team_id] = trace.gpu_seconds.get(team_id, 0.0) + g * duration
+                inside = max(0.0, min(now + duration, trace.window_s) - now)
+                trace.in_window[team_id] = trace.in_window.get(team_id, 0.0) + g * inside
+
+    def schedule() -> None:
+        states = (
+            {t.id: TeamState(t.id, t.name, weight=t.weight, max_jobs=max_jobs) for t in teams}
+            if policy == "fair"
+            else {0: TeamState(0, "all")}
+        )
+        reserved = 0.0
+        for a in active.values():
+            if release_tail:  # reserve only what the job can still run: its unfinished trials
+                left = len(a.pending) + a.running
+                a.footprint = a.job.gpus_per_trial * concurrency(
+                    0.0, a.job.gpus_per_trial, a.job.max_concurrent, left, capacity
+                )
+            team = states[a.job.team_id if policy == "fair" else 0]
+            team.gpus_in_use += a.footprint
+            team.jobs_running += 1
+            reserved += a.footprint
+        batch = []
+        for job in queued.values():
+            n = concurrency(0.0, job.gpus_per_trial, job.max_concurrent, len(job.durations), capacity)
+            batch.append(
+                QueuedJob(
+                    job.id,
+                    job.team_id if policy == "fair" else 0,
+                    job.priority if policy == "fair" else 0,
+                    job.arrival,
+                    0.0,
+                    job.gpus_per_trial,
+                    0.0,
+                    job.gpus_per_trial * n,
+                )  # fmt: skip
+            )
+        started = time.perf_counter()
+        decided = plan(batch, states, Resources(0.0, max(capacity.gpus - reserved, 0.0)), capacity)
+        trace.decision_s.append(time.perf_counter() - started)
+        trace.queue_lengths.append(len(batch))
+        footprints = {q.id: q.footprint_gpus for q in batch}
+        for job_id in decided.admitted:
+            job = queued.pop(job_id)
+            queued_rows.pop(job_id, None)
+            trace.waits[job_id] = now - job.arrival
+            active[job_id] = Active(job, footprints[job_id], list(reversed(job.durations)))
+            order.append(job_id)
+
+    while arrivals or ends or queued:
+        next_arrival = arrivals[-1].arrival if arrivals else float("inf")
+        next_end = ends[0][0] if ends else float("inf")
+        next_round = max(last_round + round_s, now) if queued and dirty else float("inf")
+        to = min(next_arrival, next_end, next_round)
+        advance(to)
+        while next_sample <= now:
+            trace.busy_series.append((next_sample, busy, len(queued)))
+            next_sample += sample_every
+        while arrivals and arrivals[-1].arrival <= now:
+            job = arrivals.pop()
+            queued[job.id] = job
+            dirty = True
+        while ends and ends[0][0] <= now:
+            _, _, job_id, gpus, where = heapq.heappop(ends)
+            cluster.release(gpus, where)
+            busy -= gpus
+            a = active[job_id]
+            a.running -= 1
+            dirty = dirty or release_tail
+            if not a.pending and a.running == 0:
+                dirty = True
+                del active[job_id]
+                order.remove(job_id)
+        if queued and dirty and now - last_round >= round_s - 1e-9:
+            schedule()
+            last_round, dirty = now, False
+        start_trials()
+    trace.end = now
+    return trace
