@@ -69,6 +69,8 @@ bench: install
 	  | tee bench/results/orchestration.json
 	$(BIN)/smartune bench dashboard --trials 500 --epochs 10 --out bench/results/dashboard.json
 	$(BIN)/smartune bench startup --json | tee bench/results/startup.json
+	$(BIN)/python -m bench.pool_sim   # bench/results/pool_sim.json, docs/img/pool_sim.png (~7 min)
+	$(BIN)/python -m bench.estimate --json | tee bench/results/estimate.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out mutants
