@@ -96,3 +96,21 @@ def test_the_campaigns_names_round_trip() -> None:
     assert Campaign(name="x").parse(name) is None
     spec = CAMPAIGN.method_spec("rte", BY_LABEL["smart"], learning_rate=1e-4, epochs=10)
     assert spec["method_params"]["rs_dropout"] == "shared" and spec["training"]["length_grouping"] is False
+
+
+def test_the_grid_section_says_what_asha_saved_and_whether_it_kept_the_best_cell() -> None:
+    full = [
+        _record("cola", "grid-full", 1, 11.0, lr=5e-5, epochs=2),
+        _record("cola", "grid-full", 1, 9.0, lr=1e-4, epochs=2),
+    ]
+    asha = [
+        {
+            **_record("cola", "grid-asha", 1, 0.0, lr=5e-5, epochs=2),
+            "epochs": 1,
+            "wall_s": 20.0,
+        },  # cut at rung 1
+        _record("cola", "grid-asha", 1, 9.0, lr=1e-4, epochs=2),
+    ]
+    text = "\n".join(report.grid_section(full + asha))
+    assert "ASHA ran 3 of the full grid's 4 epochs (25% fewer; training time 25% less)" in text
+    assert "best cell (mean over seeds): lr 5e-05 x 2 epochs" in text and "the same cell: **no**" in text
