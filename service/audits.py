@@ -30,13 +30,15 @@ MAX_AUDITS_PER_JOB = 50  # stored audits of one job: re-running a trial costs a 
 
 
 def _audited_runs(session: Session, job: Job, request: AuditRequest) -> list[Trial]:
-    """The trial rows to re-run: those named (each must have finished an epoch), else the best one."""
+    """The trial rows to re-run: those named (each must have finished an epoch), else the best one (of
+    trials tied on their best score, the first by trial id: the same one on every request)."""
     rows = {t.trial_id: t for t in session.scalars(select(Trial).where(Trial.job_id == job.id))}
     usable = {tid: t for tid, t in rows.items() if t.mlflow_run_id and t.best_score is not None}
     if request.trials is None:
         if not usable:
             raise ApiError(409, f"job {job.id} has no trial with a finished epoch to audit")
-        return [max(usable.values(), key=lambda t: float(t.best_score or -math.inf))]
+        ranked = sorted(usable.values(), key=lambda t: t.trial_id)
+        return [max(ranked, key=lambda t: float(t.best_score or -math.inf))]
     chosen = []
     for i, trial_id in enumerate(request.trials):
         if trial_id not in rows:

@@ -57,7 +57,9 @@ def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server
     assert done["state"] == "SUCCEEDED", done["message"]
     report = api("GET", f"/api/v1/jobs/{audit['id']}/results").json()
     assert report["verdict"] == "PASS", report["trials"][0]["reason"]
-    best = max(job["trials"], key=lambda t: t["best_score"])
+    best = max(
+        sorted(job["trials"], key=lambda t: t["trial_id"]), key=lambda t: t["best_score"]
+    )  # ties: 1st id
     assert report["trials"][0]["run_id"] == best["mlflow_run_id"] and report["trials"][0]["exact"]
     assert all(m["recorded"] == m["rerun"] for m in report["trials"][0]["metrics"])
 
