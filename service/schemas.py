@@ -42,7 +42,7 @@ class TeamUpdate(BaseModel):
     cpu_quota: float | None = Field(
         None, ge=0, description="CPUs the team may hold; null = the deployment default"
     )
-    max_concurrent_jobs: int | None = Field(None, ge=1, description="null = the service default")
+    max_concurrent_jobs: int | None = Field(None, ge=1, le=100_000, description="null = the service default")
     weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight")
     default_priority: int = Field(0, ge=-100, le=100)
     max_priority: int = Field(

@@ -56,3 +56,12 @@ def test_bootstrap_writes_an_admin_key_once_to_a_private_file(settings: Settings
     with TestClient(create_app(settings, ray=FakeRay(), tracker=FakeTracker(), run_engine=False)):
         assert "admin key" not in capsys.readouterr().out
     assert path.read_text().strip() == key  # written once, never replaced
+
+
+def test_a_team_setting_too_large_for_the_store_is_a_422_naming_it(
+    client: TestClient, admin_key: str
+) -> None:
+    """Schemathesis sent max_concurrent_jobs = 2**70: SQLite's INTEGER overflowed into a 500."""
+    client.post("/api/v1/teams", json={"name": "nlp"}, headers=auth(admin_key))
+    refused = client.patch("/api/v1/teams/nlp", json={"max_concurrent_jobs": 2**70}, headers=auth(admin_key))
+    assert refused.status_code == 422 and refused.json()["field"] == "max_concurrent_jobs"
