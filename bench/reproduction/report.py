@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reproduction import plan
+from bench.reproduction.baseline import baseline_section
 from bench.reproduction.stats import best_within, mean_sd, paired
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,45 +117,6 @@ def _diagnostic_rows(records: Records) -> list[str]:
         cells.append(f"{statistics.mean(loss):.3f}" if loss else "–")
         rows.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
     return rows
-
-
-BASELINE = RESULTS / "baseline_stsb1k.json"
-BASELINE_VARIANTS = {
-    "nogroup": "smartune, no length grouping (the campaign's setting)",
-    "new": "smartune, length grouping (mega-batches of a quarter of the set)",
-    "old": "smartune, length grouping (mega-batches of 50 x batch)",
-}
-
-
-def baseline_section() -> list[str]:
-    """`smartune train --method vanilla` against an independent plain Hugging Face loop, paired by seed."""
-    if not BASELINE.exists():
-        return []
-    data = json.loads(BASELINE.read_text())
-    plain = {r["seed"]: 100 * r["best"] for r in data["variants"]["plain"]["runs"]}
-    setup = data["setup"]
-    lines = [
-        "## A strong vanilla first: smartune against a plain Hugging Face loop",
-        "",
-        f"STS-B, the first {setup['train_examples']} training examples, the full dev set, {setup['model']}, "
-        f"batch {setup['batch_size']}, lr {setup['lr']:g}, {setup['epochs']} epochs, seeds "
-        f"{', '.join(map(str, setup['seeds']))}; best dev Pearson. Commands: `{data['commands']['plain']}` and "
-        f"`{data['commands']['new']}` (file `bench/results/baseline_stsb1k.json`).",
-        "",
-        "| variant | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
-        "|---|---|---|---|",
-        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {mean_sd(list(plain.values()))[0]:.2f} ± "
-        f"{mean_sd(list(plain.values()))[1]:.2f} | – | – |",
-    ]
-    for key, label in BASELINE_VARIANTS.items():
-        ours = {r["seed"]: 100 * r["best"] for r in data["variants"][key]["runs"]}
-        seeds = sorted(ours.keys() & plain.keys())
-        p = paired([ours[s] for s in seeds], [plain[s] for s in seeds])
-        m, sd = mean_sd([ours[s] for s in seeds])
-        lines.append(
-            f"| {label} | {m:.2f} ± {sd:.2f} | {p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.2f} |"
-        )
-    return [*lines, ""]
 
 
 def grid_section(grid: Records) -> list[str]:
