@@ -30,7 +30,6 @@ from worker.contract.tasks import TaskSpec, get_task
 from worker.contract.trial import TrainConfig
 from worker.training.adapter import EmbeddingAdapter
 from worker.training.batching import EncodedDataset, length_grouped_batches, sequential_batches
-from worker.training.models import resolve_model
 from worker.training.prepared import PreparedData, prepare_data
 from worker.training.ranks import SINGLE
 from worker.training.session import (
@@ -41,6 +40,7 @@ from worker.training.session import (
     resolve_device,
     resolve_precision,
     seed_everything,
+    task_model,
 )
 from worker.training.task_order import TaskBatch, task_batch_order
 
@@ -147,14 +147,7 @@ class MultiTaskSession:
         models: dict[str, nn.Module] = {}
         tokenizer: Any = None
         for name, task in tasks.items():
-            models[name], tokenizer = resolve_model(
-                config.model,
-                num_labels=task.num_labels,
-                is_regression=task.is_regression,
-                head_dropout=task.head_dropout,
-                seed=config.seed,
-                dropout=config.dropout,
-            )
+            models[name], tokenizer = task_model(config, task)
         _share_encoder(models)
         device = resolve_device(config.device)
         parts: dict[str, TaskPart] = {}

@@ -127,6 +127,18 @@ class Position:
     global_step: int = 0
 
 
+def task_model(config: TrainConfig, task: TaskSpec) -> tuple[Any, Any]:
+    """`config`'s model with `task`'s head (label count or regression, head dropout), and its tokenizer."""
+    return resolve_model(
+        config.model,
+        num_labels=task.num_labels,
+        is_regression=task.is_regression,
+        head_dropout=task.head_dropout,
+        seed=config.seed,
+        dropout=config.dropout,
+    )
+
+
 class TrainingSession:
     def __init__(
         self,
@@ -181,14 +193,7 @@ class TrainingSession:
         if config.num_threads:
             torch.set_num_threads(max(1, config.num_threads // ranks.world))
         task = get_task(config.task)
-        model, tokenizer = resolve_model(
-            config.model,
-            num_labels=task.num_labels,
-            is_regression=task.is_regression,
-            head_dropout=task.head_dropout,
-            seed=config.seed,
-            dropout=config.dropout,
-        )
+        model, tokenizer = task_model(config, task)
         data = data or prepare_data(config, task, tokenizer)
         device = resolve_device(config.device, ranks)
         model.to(device)
