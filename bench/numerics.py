@@ -46,7 +46,7 @@ PARTS = ("r_s", "delta_linf", "step_to_noise", "r_s_control", "ascent_signal", "
 
 
 @contextlib.contextmanager
-def _arithmetic(name: str) -> Iterator[None]:
+def _arithmetic(name: str, device_type: str = "cpu") -> Iterator[None]:
     """fp32; bf16 autocast with the trainer's fp32 fallback switched off (what bf16 itself does to R_s);
     bf16 autocast as the trainer runs it."""
     if name == "fp32":
@@ -56,7 +56,7 @@ def _arithmetic(name: str) -> Iterator[None]:
     if name == "bf16-raw":
         precision_module.MIN_RESOLVED.clear()  # this benchmark only: measure the arithmetic unguarded
     try:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
             yield
     finally:
         precision_module.MIN_RESOLVED.update(saved)
@@ -80,7 +80,7 @@ def regulariser(model: nn.Module, batch: Batch, labels: Tensor, draws: int) -> l
                 for draw in range(draws):
                     torch.manual_seed(1000 + draw)
                     objective = Objective(config, regression=False, module=model)
-                    with _arithmetic(arithmetic):
+                    with _arithmetic(arithmetic, labels.device.type):
                         _, parts = objective(fns, labels)
                     for key in PARTS:
                         samples[key].append(float(parts[key]))
@@ -129,6 +129,31 @@ def _ascent_grad(forward: Callable[[Tensor], Tensor], x: Tensor, nu: Tensor) -> 
     return torch.autograd.grad(inner, delta)[0].double()
 
 
+def _variants(device: torch.device) -> list[tuple[str, torch.dtype | None]]:
+    """fp32, bf16 and fp16 autocast; on CUDA also fp32 with TF32 matmuls (`set_float32_matmul_precision
+    ("high")`, a common speed-up on Ampere and later), which rounds matmul inputs to a 10-bit mantissa."""
+    out: list[tuple[str, torch.dtype | None]] = [
+        ("fp32", None),
+        ("bf16", torch.bfloat16),
+        ("fp16", torch.float16),
+    ]
+    return out + ([("tf32", None)] if device.type == "cuda" else [])
+
+
+@contextlib.contextmanager
+def _variant_context(name: str, dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
+    if dtype is not None:
+        with torch.autocast(device.type, dtype=dtype):
+            yield
+        return
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if name == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
 def resolution(model: nn.Module, batch: Batch) -> list[dict[str, Any]]:
     model.eval()
     exact = copy.deepcopy(model).double()
@@ -136,7 +161,7 @@ def resolution(model: nn.Module, batch: Batch) -> list[dict[str, Any]]:
     mask = batch["attention_mask"].unsqueeze(-1)
     with torch.no_grad():
         x = low.embed(batch)
-    direction = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)) * mask
+    direction = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(x.device) * mask
     rows = []
     for scale in SCALES:
         sign, nu = direction.sign() * scale, direction * scale
@@ -145,8 +170,8 @@ def resolution(model: nn.Module, batch: Batch) -> list[dict[str, Any]]:
         )
         ref_ascent = _ascent_grad(lambda e: high.forward_from_embeddings(batch, e), x.double(), nu.double())
         row: dict[str, Any] = {"scale": scale, "r_s_fp64": ref_value}
-        for name, dtype in (("fp32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
-            context = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
+        for name, dtype in _variants(x.device):
+            context = _variant_context(name, dtype, x.device)
             with context:
                 grad, value = _param_grad(model, lambda e: low.forward_from_embeddings(batch, e), x, sign)
                 ascent = _ascent_grad(lambda e: low.forward_from_embeddings(batch, e), x, nu)
@@ -154,7 +179,7 @@ def resolution(model: nn.Module, batch: Batch) -> list[dict[str, Any]]:
                          "r_s_relative_error": abs(value - ref_value) / ref_value,
                          "ascent_cosine": _cosine(ascent, ref_ascent)}  # fmt: skip
         print(f"[numerics] scale {scale:g}: " + ", ".join(
-            f"{n} grad cos {row[n]['param_grad_cosine']:.3f}" for n in ("fp32", "bf16", "fp16")), file=sys.stderr)  # fmt: skip
+            f"{n} grad cos {row[n]['param_grad_cosine']:.3f}" for n, _ in _variants(x.device)), file=sys.stderr)  # fmt: skip
         rows.append(row)
     return rows
 
@@ -171,26 +196,30 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['projection']} | {r['rs_dropout']} | {r['precision']} | {f(r['r_s'])} | "
                      f"{f(r['delta_linf'])} | {step} | {f(r['r_s_control'])} | {f(r['ascent_signal'])} | "
                      f"{r['fp32_step']['mean']:.0%} |")  # fmt: skip
+    names = [
+        n for n in ("fp32", "bf16", "fp16", "tf32") if result["resolution"] and n in result["resolution"][0]
+    ]
     lines += [
         "",
-        "| perturbation | R_s (fp64) | fp32 grad cos / value error | bf16 | fp16 |",
-        "|---|---|---|---|---|",
+        "| perturbation | R_s (fp64) | " + " | ".join(f"{n} grad cos / value error" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
     ]
     for r in result["resolution"]:
-        cells = [
-            f"{r[n]['param_grad_cosine']:.3f} / {r[n]['r_s_relative_error']:.2g}"
-            for n in ("fp32", "bf16", "fp16")
-        ]
+        cells = [f"{r[n]['param_grad_cosine']:.3f} / {r[n]['r_s_relative_error']:.2g}" for n in names]
         lines.append(f"| {r['scale']:g} | {r['r_s_fp64']:.2g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads or torch.get_num_threads())
+    device = torch.device(getattr(args, "device", "cpu"))
     model, tokenizer = load_model(args.model)
+    model.to(device)
     batch, labels, source = fixed_batch(tokenizer, args.pairs, args.seq_len)
+    batch, labels = {k: v.to(device) for k, v in batch.items()}, labels.to(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     setup = {"model": args.model, "pairs": args.pairs, "seq_len": args.seq_len, "batch_source": source,
-             "draws": args.draws, "device": "cpu", "cpu": platform.processor() or platform.machine(),
+             "draws": args.draws, "device": name, "cpu": platform.processor() or platform.machine(),
              "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
              "transformers": transformers.__version__,
              "configs": {p: method_config(m).to_dict() for p, m in PROJECTIONS.items()}}  # fmt: skip

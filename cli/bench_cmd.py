@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     numerics.add_argument("--seq-len", type=int, default=128)
     numerics.add_argument("--draws", type=int, default=20, help="noise and dropout draws per cell")
     numerics.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    numerics.add_argument("--device", default="cpu", help="cpu or cuda[:N] (on CUDA also TF32 matmuls)")
     numerics.add_argument("--json", action="store_true", help="print one JSON object, not markdown tables")
     numerics.set_defaults(handler=run_numerics)
     _register_sweep(kinds)
