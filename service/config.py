@@ -77,6 +77,20 @@ class Settings(BaseSettings):
         description="hub ids (fnmatch patterns, comma list) a job may download; empty = no hub access, and "
         "workers run with HF_HUB_OFFLINE=1",
     )
+    # Uploaded datasets (service.datasets, docs/datasets.md).
+    dataset_store: str | None = Field(
+        None,
+        description="where uploaded datasets are kept, content-addressed: a local folder, or s3://bucket/prefix "
+        "(endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, as for "
+        "MLflow's artifacts and Tune's storage); unset = <data dir>/datasets",
+    )
+    dataset_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="an upload's whole body: every file and the multipart framing"
+    )
+    dataset_max_files: int = Field(8, ge=1, le=64, description="files per upload")
+    dataset_check_timeout_s: float = Field(
+        300.0, gt=0, description="seconds the training loader may take to read an upload (it runs as a child)"
+    )
     sweep_module: str = Field("worker.tune.sweep", description="the Ray job entrypoint module")
     entrypoint_python: str | None = Field(None, description="python of the entrypoint; unset = auto")
 
@@ -214,6 +228,12 @@ class Settings(BaseSettings):
         tracking server, which decides (it proxies them to its own store, S3 in the team stack)."""
         local_store = self.tracking_uri.startswith(("sqlite:", "file:")) or "://" not in self.tracking_uri
         return str(self.data_dir / "mlartifacts") if local_store else None
+
+    @property
+    def dataset_store_uri(self) -> str:
+        """The dataset store: `dataset_store`, else `<data dir>/datasets` (what a worker derives from
+        SMARTUNE_DATA_DIR when SMARTUNE_DATASET_STORE is unset)."""
+        return self.dataset_store or str(self.data_dir / "datasets")
 
     @property
     def tune_storage(self) -> str:

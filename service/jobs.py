@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from service import crud, validation
 from service.config import Settings
 from service.costs import budget, calibration, estimate
+from service.datasets import ops as datasets
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
@@ -46,6 +47,7 @@ def submit_job(
     capacity: Resources | None = None,
 ) -> tuple[Job, bool]:
     """Queue `spec` for `team`; return the job and whether it is an earlier submission replayed."""
+    spec = datasets.pin(session=session, team=team, spec=spec)  # `dataset:NAME` -> its digest, now
     spec_hash = spec.spec_hash()
     if idempotency_key is not None:
         earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
@@ -95,6 +97,7 @@ def dry_run(
 ) -> dict[str, Any]:
     """What a submission of `spec` would be told, and its plan; nothing is created. A budget it would
     exceed is reported in the plan (`budget.fits` false, `budget.refusal`), not raised."""
+    spec = datasets.pin(session=session, team=team, spec=spec)
     validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
     try:

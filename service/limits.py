@@ -1,5 +1,6 @@
 """Request size limit as pure ASGI middleware: a body larger than `max_bytes` gets a 413 in the usual
-error body, whether its Content-Length says so up front or a chunked stream runs past the limit."""
+error body, whether its Content-Length says so up front or a chunked stream runs past the limit. A POST to one
+of `own_limit` (a dataset upload) is left to its route, which applies a larger limit of its own."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ TOO_LARGE = "Content Too Large"
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, own_limit: frozenset[str] = frozenset()) -> None:
+        self.app, self.max_bytes, self.own_limit = app, max_bytes, own_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"] == "POST" and scope["path"] in self.own_limit):
             await self.app(scope, receive, send)
             return
         declared = Headers(scope=scope).get("content-length")

@@ -50,6 +50,10 @@ TAGS = [
         "name": "pool",
         "description": "The shared GPU pool: capacity, usage by team, the queue and its reasons.",
     },
+    {
+        "name": "datasets",
+        "description": "Upload datasets (validated, content-addressed), list, publish, delete.",
+    },
     {"name": "teams", "description": "Teams, quotas and keys (admin keys only)."},
     {"name": "keys", "description": "API keys."},
     {"name": "health", "description": "Liveness and readiness."},
@@ -171,7 +175,8 @@ def create_app(
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
     # Middleware added last runs first: the headers wrap everything (413s and CORS answers included), the
     # HTTP metrics count every answer, and the request id (service.http.logs) is set before anything logs.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    uploads = frozenset({f"{API_PREFIX}/datasets"})  # limited by the route: SMARTUNE_DATASET_MAX_BYTES
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, own_limit=uploads)
     if settings.cors_allow_origins:
         app.add_middleware(CORSMiddleware, **cors_options(settings.cors_allow_origins))  # type: ignore[arg-type]
     app.add_middleware(SecurityHeadersMiddleware)

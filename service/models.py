@@ -11,7 +11,19 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UTCDateTime, utcnow
@@ -226,3 +238,29 @@ class CalibrationRow(Base):
     batch_size: Mapped[int | None] = mapped_column(Integer)
     samples: Mapped[int] = mapped_column(Integer, default=0)  # trials averaged in (the weight is capped)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Dataset(Base):
+    """One version of a team's uploaded dataset (service.datasets). Its files lie in the dataset store under
+    their content address, `sha256/<digest>/...`; uploading the same name again with other content adds
+    version n+1, with the same content returns this row. `published`: every team may read it."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("team_id", "name", "version", name="uq_datasets_team_name_version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    version: Mapped[int] = mapped_column(Integer)  # 1, 2, ... per (team, name)
+    digest: Mapped[str] = mapped_column(String(64), index=True)  # SHA-256 hex of the manifest text
+    task: Mapped[str] = mapped_column(String(32))
+    description: Mapped[str | None] = mapped_column(Text)
+    # [{"name", "sha256", "bytes"}] sorted by name: the manifest, with sizes
+    files: Mapped[list[dict[str, object]]] = mapped_column(JSON)
+    rows: Mapped[dict[str, int]] = mapped_column(JSON)  # split -> examples, as training reads them
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # all files together
+    published: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_by: Mapped[str | None] = mapped_column(String(32))  # the uploading key's public id
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    team: Mapped[Team] = relationship(lazy="joined")

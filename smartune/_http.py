@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from smartune.errors import SmartuneError
@@ -71,9 +71,11 @@ class Http:
         params: Mapping[str, Any] | None = None,
         json: Any = None,
         headers: Mapping[str, str] | None = None,
+        content: Callable[[], Iterable[bytes]] | None = None,
     ) -> httpx.Response:
         """`method` on `/api/v1{path}`; a 429 or 503 is tried again after its Retry-After, `retries`
-        times at most; any other 4xx/5xx (or the last 429/503) raises SmartuneError."""
+        times at most; any other 4xx/5xx (or the last 429/503) raises SmartuneError. `content` gives a
+        streamed body afresh for each try (an upload)."""
         import httpx
 
         for attempt in range(self.retries + 1):
@@ -83,6 +85,7 @@ class Http:
                     API_PREFIX + path,
                     params=params,
                     json=json,
+                    content=content() if content is not None else None,
                     headers={**self._auth, **(headers or {})},
                 )
             except httpx.TransportError as err:

@@ -13,6 +13,7 @@ from smartune._http import Http
 from smartune.config import key_from_env, server_url
 from smartune.errors import SmartuneError
 from smartune.specs import read_spec
+from smartune.uploads import UploadProgress, dataset_files, multipart
 
 if TYPE_CHECKING:
     import httpx
@@ -202,6 +203,55 @@ class Client:
         from smartune.frames import trials_frame
 
         return trials_frame(self.job(job_id)["trials"])
+
+    # --- datasets -------------------------------------------------------------------------------------
+
+    def push_dataset(
+        self,
+        path: str | os.PathLike[str],
+        name: str,
+        task: str,
+        description: str | None = None,
+        progress: UploadProgress | None = None,
+    ) -> dict[str, Any]:
+        """Upload a dataset: a file, or a folder's table files (train.tsv, dev.tsv, ...; test splits are
+        skipped). The server reads every row as training will (a bad one is refused, naming file, line and
+        column) and stores the files by content. Returns the version: `digest`, `version`, `rows`, and
+        `created` (false: the same content was the latest version already). `progress(sent, total)`."""
+        chosen, _skipped = dataset_files(path)
+        fields = {"name": name, "task": task, **({"description": description} if description else {})}
+        content_type, length, body = multipart(fields, chosen, progress)
+        headers = {"Content-Type": content_type, "Content-Length": str(length)}
+        answer: dict[str, Any] = self._http.request("POST", "/datasets", content=body, headers=headers).json()
+        return answer
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """The datasets the key may read (its team's and the published ones), each at its latest version."""
+        return list(self._get("/datasets")["data"])
+
+    def dataset(self, name: str, version: int | None = None, team: str | None = None) -> dict[str, Any]:
+        """One version (`version`), else every version the key may read (`data`, oldest first). `NAME@V`
+        is accepted as `name`. `team`: the owner, where two teams use one name (admins)."""
+        if version is None and "@" in name:
+            name, _, number = name.rpartition("@")
+            version = int(number)
+        path = f"/datasets/{_seg(name)}" + (f"/{int(version)}" if version is not None else "")
+        found: dict[str, Any] = self._get(path, team=team)
+        return found
+
+    def publish_dataset(self, name: str, version: int, team: str | None = None) -> dict[str, Any]:
+        """Let every team read this version (an admin key)."""
+        params = {"team": team} if team else None
+        path = f"/datasets/{_seg(name)}/{int(version)}/publish"
+        published: dict[str, Any] = self._http.request("POST", path, params=params).json()
+        return published
+
+    def delete_dataset(self, name: str, version: int, team: str | None = None) -> dict[str, Any]:
+        """Delete a version (refused while an unfinished job reads it); return what was deleted."""
+        params = {"team": team} if team else None
+        path = f"/datasets/{_seg(name)}/{int(version)}"
+        deleted: dict[str, Any] = self._http.request("DELETE", path, params=params).json()
+        return deleted
 
     # --- the pool, teams, keys ------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routes import audits, jobs, keys, pool, teams
+from service.api.routes import audits, datasets, jobs, keys, pool, teams
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -12,3 +12,4 @@ api_router.include_router(audits.router)
 api_router.include_router(pool.router)
 api_router.include_router(teams.router)
 api_router.include_router(keys.router)
+api_router.include_router(datasets.router)

@@ -10,9 +10,13 @@ import pytest
 from bench.cluster import Postgres
 from tests.service.test_admin_api import *  # noqa: F403
 from tests.service.test_auth import *  # noqa: F403
+from tests.service.test_datasets_api import *  # noqa: F403
 from tests.service.test_engine import *  # noqa: F403
 from tests.service.test_jobs_api import *  # noqa: F403
-from tests.service.test_store import test_concurrent_writers_queue_instead_of_failing  # noqa: F401
+from tests.service.test_store import (  # noqa: F401
+    test_concurrent_writers_queue_instead_of_failing,
+    test_migrations_build_exactly_the_models,
+)
 
 
 @pytest.fixture

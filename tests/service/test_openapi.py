@@ -17,6 +17,7 @@ from service.db import Database, connect
 from service.engine import Engine
 from service.http.ratelimit import RateLimiter
 from service.ray_jobs import RayJobError
+from tests.service.dataset_utils import rte_files, rte_tsv
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
 
@@ -100,9 +101,27 @@ def _valid_body(op: Op) -> Any:
     }.get(op)
 
 
+UPLOAD: Op = ("POST", "/api/v1/datasets")
+
+
+def _body(op: Op) -> dict[str, Any]:
+    """The request's body arguments: JSON, or a dataset upload's multipart form."""
+    if op == UPLOAD:
+        return {
+            "data": {"name": "probe", "task": "rte"},
+            "files": [("files", (n, d)) for n, d in _upload_files()],
+        }
+    body = _valid_body(op)
+    return {"json": body} if body is not None else {}
+
+
+def _upload_files() -> list[tuple[str, bytes]]:
+    return [("train.tsv", rte_tsv(8)), ("dev.tsv", rte_tsv(4))]
+
+
 def _key_for(op: Op, team_key: str, admin_key: str) -> str:
     method, path = op
-    admin_only = path.startswith("/api/v1/teams") or method == "DELETE"
+    admin_only = path.startswith("/api/v1/teams") or method == "DELETE" or path.endswith("/publish")
     return admin_key if admin_only else team_key
 
 
@@ -120,8 +139,7 @@ class Prober:
     def every(self, why: str, values: dict[str, str], *, key: str | None = "role") -> None:
         for op in self.ops:
             chosen = _key_for(op, self.keys["team"], self.keys["admin"]) if key == "role" else key
-            body = _valid_body(op)
-            self(op, why, chosen, values, **({"json": body} if body is not None else {}))
+            self(op, why, chosen, values, **_body(op))
 
 
 def _check(doc: dict[str, Any], seen: Seen) -> None:
@@ -148,6 +166,35 @@ def _check(doc: dict[str, Any], seen: Seen) -> None:
         missing = {s for s in operation["responses"] if s[0] in "45"} - produced[op]
         missing -= {s for (o, s) in NOT_PRODUCED if o == op}
         assert not missing, f"{op} declares {sorted(missing)}, which no probe produced"
+
+
+def datasets_probed(probe: Prober, client: TestClient, db: Database, team_key: str, admin_key: str) -> None:
+    """The dataset routes' answers that the passes over every route cannot bring about: a dataset `nlp` of
+    team nlp for them to find; two teams' `shared` (409 without ?team=); a published one of another team."""
+    other = make_team(db, "other")
+    files = {"files": [("files", (n, d)) for n, d in rte_files().items()]}
+    for key, name in ((team_key, "nlp"), (team_key, "shared"), (other, "shared"), (other, "theirs")):
+        probe(UPLOAD, "setup", key, {}, data={"name": name, "task": "rte"}, **files)
+    probe(
+        ("POST", "/api/v1/datasets/{name}/{version}/publish"),
+        "setup",
+        admin_key,
+        {"name": "theirs", "version": "1"},
+    )
+    probe(("DELETE", "/api/v1/datasets/{name}/{version}"), "a published one of another team", team_key,
+          {"name": "theirs", "version": "1"})  # fmt: skip
+    for op in (("GET", "/api/v1/datasets/{name}"), ("GET", "/api/v1/datasets/{name}/{version}"),
+               ("POST", "/api/v1/datasets/{name}/{version}/publish"), ("DELETE", "/api/v1/datasets/{name}/{version}")):  # fmt: skip
+        probe(op, "two teams' name", admin_key, {"name": "shared", "version": "1"})
+        probe(op, "team too long", admin_key, {"name": "shared", "version": "1"}, params={"team": "x" * 65})
+    probe(UPLOAD, "admin uploads", admin_key, {}, data={"name": "x", "task": "rte"}, **files)
+    probe(UPLOAD, "a bad row", team_key, {}, data={"name": "x", "task": "sst2"}, **files)
+    garbage = {"content-type": "multipart/form-data; boundary=b"}
+    probe(UPLOAD, "not multipart inside", team_key, {}, content=b"garbage", headers=garbage)
+    settings = client.app.state.settings  # type: ignore[attr-defined]
+    limit, settings.dataset_max_bytes = settings.dataset_max_bytes, 1024
+    probe(UPLOAD, "too large", team_key, {}, data={"name": "x", "task": "rte"}, **files)
+    settings.dataset_max_bytes = limit
 
 
 def _unreachable(tmp_path: Path) -> Database:
@@ -179,8 +226,9 @@ def test_the_document_declares_every_status_and_body_the_routes_send(
     engine.tick()
     queued = submit(client, team_key)["id"]
     spare = security.parse_key_id(make_team(db, "spare")) or ""
-    real = {"job_id": queued, "name": "nlp", "key_id": spare}
-    unknown = {"job_id": "job-nope", "name": "nope", "key_id": "000000000000"}
+    real = {"job_id": queued, "name": "nlp", "key_id": spare, "version": "1"}
+    unknown = {"job_id": "job-nope", "name": "nope", "key_id": "000000000000", "version": "0"}
+    datasets_probed(probe, client, db, team_key, admin_key)
 
     # 2xx (and 409 for what they changed) with real resources; then 404s, 401s, 403s
     results = ("GET", "/api/v1/jobs/{job_id}/results")
@@ -273,7 +321,7 @@ def test_the_422_schema_is_the_body_sent(client: TestClient, team_key: str) -> N
 def test_a_method_not_allowed_lists_every_method_of_the_path(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     for path, operations in doc["paths"].items():
-        url = _fill(path, {"job_id": "job-x", "name": "nlp", "key_id": "000000000000"})
+        url = _fill(path, {"job_id": "job-x", "name": "nlp", "key_id": "000000000000", "version": "1"})
         for method in ("OPTIONS", "PUT", "HEAD"):
             if method.lower() in operations:
                 continue

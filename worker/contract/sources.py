@@ -8,15 +8,18 @@ So both use this rule, and it admits no relative path:
 - something that reads as a relative path (`./x`, `../x`, `data/train.csv`, `train.csv`: a leading dot,
   a backslash, more than one `/`, or a table file's suffix): refused, naming the field;
 - otherwise a Hugging Face hub id, `name` or `org/name` (`glue`, `nyu-mll/glue`, `bert-base-uncased`).
-`data: null` means the local GLUE folder (`SMARTUNE_GLUE_DIR`, else `../shared/data/glue` where it
+`data` may also name an uploaded dataset (docs/datasets.md): `dataset:NAME` (its latest version),
+`dataset:NAME@VERSION` or `dataset:sha256:<digest>`; the control plane pins the first two to the digest at
+submission, so a worker only ever sees the digest form. `data: null` means the local GLUE folder (`SMARTUNE_GLUE_DIR`, else `../shared/data/glue` where it
 exists), else the task's own hub dataset. Standard library only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -68,14 +71,78 @@ MODEL_ALIASES: Mapping[str, ModelAlias] = MappingProxyType(
 )
 
 
+DATASET_PREFIX = "dataset:"
+DIGEST_PREFIX = "sha256:"
+DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # a dataset's name, unique within a team
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # a file of a dataset: a plain name, no folder
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """`dataset:NAME`, `dataset:NAME@VERSION` or `dataset:sha256:<digest>`: exactly one of name / digest."""
+
+    name: str | None = None
+    version: int | None = None  # None: the latest version (pinned by the control plane at submission)
+    digest: str | None = None  # 64 lower-case hex digits
+
+    def __str__(self) -> str:
+        if self.digest is not None:
+            return f"{DATASET_PREFIX}{DIGEST_PREFIX}{self.digest}"
+        return f"{DATASET_PREFIX}{self.name}" + (f"@{self.version}" if self.version is not None else "")
+
+
+def parse_dataset_ref(value: str) -> DatasetRef | None:
+    """The dataset `value` names, None when it is no `dataset:` reference; ValueError when malformed."""
+    text = value.strip()
+    if not text.startswith(DATASET_PREFIX):
+        return None
+    rest = text[len(DATASET_PREFIX) :]
+    if rest.startswith(DIGEST_PREFIX):
+        digest = rest[len(DIGEST_PREFIX) :]
+        if not _DIGEST.fullmatch(digest):
+            raise ValueError(f"{value!r}: a dataset digest is 64 lower-case hex digits after 'sha256:'")
+        return DatasetRef(digest=digest)
+    name, at, version = rest.partition("@")
+    if not DATASET_NAME.fullmatch(name):
+        raise ValueError(
+            f"{value!r}: a dataset name is 1-100 letters, digits, '.', '_' or '-' (starting with a letter "
+            "or digit)"
+        )
+    if not at:
+        return DatasetRef(name=name)
+    if not version.isdigit() or int(version) < 1:
+        raise ValueError(f"{value!r}: the version after '@' is a whole number from 1")
+    return DatasetRef(name=name, version=int(version))
+
+
+def manifest_text(files: Iterable[tuple[str, str]]) -> str:
+    """The canonical manifest of a dataset's files, `(name, sha256 hex)` pairs: one `<sha256>  <name>`
+    line per file (sha256sum's format), sorted by name. The dataset's digest is the SHA-256 of this text
+    (UTF-8), so equal files under equal names give one digest whatever order they were uploaded in."""
+    return "".join(f"{sha}  {name}\n" for name, sha in sorted(files))
+
+
+def dataset_digest(files: Iterable[tuple[str, str]]) -> str:
+    """The content address of a dataset: SHA-256 (hex) of `manifest_text(files)`."""
+    return hashlib.sha256(manifest_text(files).encode()).hexdigest()
+
+
+def dataset_key(digest: str, name: str | None = None) -> str:
+    """Where a dataset's objects lie in a store, relative to its root: `sha256/<digest>/manifest` (the
+    manifest text) and `sha256/<digest>/files/<name>` (each file, byte for byte)."""
+    base = f"sha256/{digest}"
+    return f"{base}/files/{name}" if name is not None else f"{base}/manifest"
+
+
 class SourceError(ValueError):
     """A data or model value that is neither an absolute path nor a hub id (the message names the field)."""
 
 
 @dataclass(frozen=True)
 class Source:
-    kind: Literal["alias", "local", "hub"]
-    value: str  # the alias, the absolute path (~ expanded), or the hub id
+    kind: Literal["alias", "local", "hub", "dataset"]
+    value: str  # the alias, the absolute path (~ expanded), the hub id, or the `dataset:` reference
 
     @property
     def path(self) -> Path:
@@ -101,6 +168,13 @@ def classify(value: str, field_name: str, *, aliases: bool = False) -> Source:
         raise SourceError(f"{field_name}: empty")
     if aliases and text in MODEL_ALIASES:
         return Source("alias", text)
+    if text.startswith(DATASET_PREFIX):
+        if aliases:  # the model field
+            raise SourceError(f"{field_name}: {value!r} names an uploaded dataset; it can only be `data`")
+        try:
+            return Source("dataset", str(parse_dataset_ref(text)))
+        except ValueError as err:
+            raise SourceError(f"{field_name}: {err}") from None
     if text.startswith("~") or os.path.isabs(text):
         return Source("local", str(Path(text).expanduser()))
     if _reads_as_relative_path(text):

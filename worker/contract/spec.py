@@ -113,7 +113,9 @@ class JobSpec(StrictModel):
         None, description="train the listed tasks jointly (MT-DNN-SMART): shared encoder, one head per task"
     )
     data: str | None = Field(
-        None, description="hub dataset id or local folder/file; None = $SMARTUNE_GLUE_DIR, else the hub"
+        None,
+        description="hub dataset id, local folder/file, or an uploaded dataset (dataset:NAME, dataset:NAME@VERSION, "
+        "dataset:sha256:<digest>; pinned to its digest at submission); None = $SMARTUNE_GLUE_DIR, else the hub",
     )
     columns: dict[str, str] | None = Field(
         None, description="canonical column -> file column, for custom files"

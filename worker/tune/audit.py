@@ -1,8 +1,8 @@
 """Reproducibility audits: re-run a recorded trial from its MLflow run alone and compare, epoch by epoch.
 
 What a trial recorded (worker.tune.run_tags): its whole config (`smartune.prov.config`), seed, code version,
-library versions, device, torch threads, determinism, the SHA-256 of its data files and of its initial
-weights, and per epoch its metrics. An audit checks the data and the initial model against their digests
+library versions, device, torch threads, determinism, the SHA-256 of its data files (and the digest of the
+uploaded dataset it read, if any) and of its initial weights, and per epoch its metrics. An audit checks the data and the initial model against their digests
 first (the model's source files, not its seeded initial weights, which follow from the config): if either
 differs, or the recorded device type is not available, the verdict is NOT-COMPARABLE with the reason, and
 nothing is compared. Otherwise it trains the same config (recorded threads re-applied,
@@ -30,10 +30,11 @@ from mlflow import MlflowClient
 from worker.contract.tags import JOB, KIND, PARENT, PROVENANCE_PREFIX
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
+from worker.training.files import DataError
 from worker.training.finetune import RunCallbacks, run_training
 from worker.training.models import model_digest, source_digest
 from worker.training.parallel import data_parallel
-from worker.training.provenance import environment, files_digest
+from worker.training.provenance import dataset_provenance, environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
 from worker.tune.trainable import epoch_metrics
@@ -103,7 +104,15 @@ def _model_problem(config: TrainConfig, recorded: Mapping[str, str]) -> str | No
 
 
 def _data_problem(config: TrainConfig, recorded: Mapping[str, str]) -> str | None:
-    files = data_files(config, get_task(config.task))
+    dataset = dataset_provenance(config.data).get("dataset_sha256")
+    if dataset != recorded.get("dataset_sha256"):  # an uploaded dataset is compared by its digest first
+        return (
+            f"data: the re-run reads dataset {dataset}, the trial recorded {recorded.get('dataset_sha256')}"
+        )
+    try:
+        files = data_files(config, get_task(config.task))  # an uploaded dataset: fetched and verified
+    except DataError as err:
+        return f"data: {err}"
     if not files:
         return "data: the trial read a hub dataset, which has no file digest to check"
     missing = [str(p) for p in files if not p.exists()]
@@ -183,6 +192,7 @@ def audit_trial(trial: RecordedTrial, tolerance: float | None = None) -> dict[st
         # finding of the audit (e.g. another seed), reported with the environment, not a reason to stop.
         now = environment(session.device, config.deterministic)
         now |= {"seed": config.seed, "initial_model_sha256": model_digest(session.model)}
+        now |= dataset_provenance(config.data)
         drift = provenance_drift(trial.provenance, now)
         best = float("nan")
 

@@ -16,7 +16,7 @@ from mlflow.entities import Run
 from worker.contract.tags import ATTEMPT, PROVENANCE_PREFIX, RESTORE_NOTE, RESUMED_FROM_EPOCH, STARTS, STATE
 from worker.contract.trial import TrainConfig
 from worker.training.models import describe_model, source_digest
-from worker.training.provenance import environment, files_digest
+from worker.training.provenance import dataset_provenance, environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
 from worker.tune.checkpoints import RestorePoint
@@ -40,6 +40,7 @@ def provenance_tags(session: TrainingSession, config: TrainConfig, initial_diges
         f"{PROVENANCE_PREFIX}data_source": config.data,
         f"{PROVENANCE_PREFIX}data_files": json.dumps([str(p) for p in files]),
         f"{PROVENANCE_PREFIX}data_sha256": files_digest(files) if files else "n/a (hub dataset)",
+        **{f"{PROVENANCE_PREFIX}{k}": v for k, v in dataset_provenance(config.data).items()},
         f"{PROVENANCE_PREFIX}initial_model_sha256": initial_digest,
         f"{PROVENANCE_PREFIX}model_source_sha256": source_digest(config.model),
         f"{PROVENANCE_PREFIX}model_source": json.dumps(describe_model(config.model), default=str),

@@ -76,8 +76,9 @@ def _source(config: TrainConfig, task: TaskSpec, split: str) -> Any:
         path = source.value if source is not None else task.hub_id or task.name
         hub_config = task.hub_config if path == task.hub_id else None
         return HuggingFaceDatasetSource(path=path, config_name=hub_config, split=task.hub_split(split))
-    files = data_files(dataclasses.replace(config, data=str(source.path)), task)
-    return LocalArtifactDatasetSource(str(files[0] if files else source.path))  # train's file comes first
+    local = config if source.kind == "dataset" else dataclasses.replace(config, data=str(source.path))
+    files = data_files(local, task)  # an uploaded dataset: its verified local copy
+    return LocalArtifactDatasetSource(str(files[0] if files else local.data))  # train's file comes first
 
 
 def training_dataset(config: TrainConfig, task: TaskSpec, examples: Sequence[Example]) -> tuple[Any, str]:
