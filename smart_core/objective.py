@@ -33,7 +33,7 @@ from smart_core.bregman import ProximalReference
 from smart_core.config import MethodConfig
 from smart_core.divergences import divergence, task_loss
 from smart_core.dropout import RngState, eval_mode, replaying
-from smart_core.precision import autocast_dtype, full_precision, needs_fp32
+from smart_core.precision import full_precision, needs_fp32, step_arithmetic
 
 
 @dataclass
@@ -119,8 +119,8 @@ class Objective:
         return loss, parts
 
     def _precision(self, x: Tensor) -> tuple[contextlib.AbstractContextManager[None], bool]:
-        """fp32 for the rest of the step when autocast would round this config's perturbation away."""
-        dtype = autocast_dtype(x.device)
+        """fp32 for the rest of the step when autocast or TF32 would round this config's perturbation away."""
+        dtype = step_arithmetic(x.device)
         if needs_fp32(self.config, dtype, hidden=x.shape[-1], elements=x.shape[1] * x.shape[-1]):
             return full_precision(x.device), True
         return contextlib.nullcontext(), False

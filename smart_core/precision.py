@@ -9,7 +9,13 @@ at 0.1 bf16 reaches 0.993. fp16 without loss scaling underflows R_s's gradients 
 its gradient is not), and fails below (0.50 at 1e-6): `MethodConfig` refuses smaller ε and σ.
 
 So a SMART or R3F step whose perturbation is below the autocast dtype's resolution runs with autocast
-off, in fp32 with full-precision matmuls (TF32 would round like fp16), and says so in its components.
+off, in fp32 with full-precision matmuls, and says so in its components.
+
+TF32 (fp32 matmuls on CUDA's tensor cores, `torch.set_float32_matmul_precision("high")`, a common speed-up)
+rounds matmul inputs to a 10-bit mantissa. Measured on an NVIDIA H200 (`bench/results/numerics_h200.json`,
+same batch): R_s's parameter-gradient cosine with fp64 is 0.074 at 1e-5 and 0.61 at 1e-3 under TF32,
+0.988 from 1e-2; plain fp32 on that GPU gives 0.909 at 1e-5 and 0.999 at 1e-4. So TF32 counts as an
+arithmetic of its own here (`TF32`), resolved from 1e-2, and a step below that leaves it the same way.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ import torch
 
 from smart_core.config import MethodConfig
 
-# The smallest per-element perturbation (RMS) a forward at this dtype resolves (see the module docstring).
-MIN_RESOLVED: dict[torch.dtype, float] = {torch.bfloat16: 0.1, torch.float16: 1.0}
+TF32 = "tf32"  # fp32 matmuls at reduced precision on CUDA, autocast off
+Arithmetic = torch.dtype | str  # an autocast dtype, or TF32
+
+# The smallest per-element perturbation (RMS) a forward at this arithmetic resolves (module docstring).
+MIN_RESOLVED: dict[Arithmetic, float] = {torch.bfloat16: 0.1, torch.float16: 1.0, TF32: 0.01}
 RENORM_RMS = 0.3  # `renorm` with ℓ∞: each token's largest element is ~1, its RMS ~0.3 (design notes)
 
 
@@ -32,6 +41,17 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     if not torch.is_autocast_enabled(device.type):
         return None
     return torch.get_autocast_dtype(device.type)
+
+
+def step_arithmetic(device: torch.device) -> Arithmetic | None:
+    """The reduced arithmetic a forward on `device` runs at: autocast's dtype, else TF32 when fp32
+    matmuls on CUDA are allowed below full precision, else None (plain fp32)."""
+    dtype = autocast_dtype(device)
+    if dtype is not None:
+        return dtype
+    if device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
+        return TF32
+    return None
 
 
 def perturbation_rms(config: MethodConfig, hidden: int, elements: int) -> float:
@@ -52,8 +72,8 @@ def perturbation_rms(config: MethodConfig, hidden: int, elements: int) -> float:
     return min(noise, final) if noise > 0 else final
 
 
-def needs_fp32(config: MethodConfig, dtype: torch.dtype | None, hidden: int, elements: int) -> bool:
-    """True when a regularised step at autocast `dtype` would round its perturbation away."""
+def needs_fp32(config: MethodConfig, dtype: Arithmetic | None, hidden: int, elements: int) -> bool:
+    """True when a regularised step at `dtype` (autocast's, or TF32) would round its perturbation away."""
     if dtype is None or not config.uses_smoothness:
         return False
     return perturbation_rms(config, hidden, elements) < MIN_RESOLVED.get(dtype, 0.0)

@@ -12,111 +12,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
-from bench.reproduction import plan
 from bench.reproduction.baseline import baseline_section
-from bench.reproduction.stats import best_within, mean_sd, paired
+from bench.reproduction.sections import Records, _by, _fmt, methods_sections, plot
+from bench.reproduction.stats import mean_sd
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
-PAPER = ROOT / "service" / "dashboard" / "paper_results.json"
 CONCLUSIONS = Path(__file__).with_name("conclusions.md")
 PLOT = ROOT / "docs" / "img" / "reproduction_curves.png"
-PAPER_TABLE = {"rte": "table3", "mrpc": "table3", "cola": "table1", "stsb": "table1", "sst2": "table3"}
-DIAGNOSTICS = ("task_loss", "r_s", "r_s_control", "delta_linf", "grad_ratio_rs", "ascent_signal", "d_breg")
-
-Records = list[dict[str, Any]]
+GPU_PLOT = ROOT / "docs" / "img" / "reproduction_curves_h200.png"
+GPU_RECORDS = RESULTS / "paper_ablation_h200.json"
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def _by(records: Records, *keys: str) -> dict[tuple[Any, ...], Records]:
-    out: dict[tuple[Any, ...], Records] = defaultdict(list)
-    for r in records:
-        out[tuple(r[k] for k in keys)].append(r)
-    return out
-
-
-def _paper(task: str, method: str, metric: str) -> float | None:
-    tables = json.loads(PAPER.read_text())["tables"]
-    table = tables[PAPER_TABLE[task]]["rows"]
-    row = table.get(method) or tables["table1"]["rows"].get(method) or {}
-    value = (row.get(task) or {}).get(metric)
-    return None if value is None else float(value)
-
-
-def _pairs(records: Records, task: str, method: str, value: Any) -> tuple[list[float], list[float]]:
-    """(method, vanilla) values of the seeds both have, by `value(record)`; None values drop the seed."""
-    mine = {r["seed"]: value(r) for r in records if r["task"] == task and r["method"] == method}
-    base = {r["seed"]: value(r) for r in records if r["task"] == task and r["method"] == "vanilla"}
-    seeds = sorted(s for s in mine.keys() & base.keys() if mine[s] is not None and base[s] is not None)
-    return [mine[s] for s in seeds], [base[s] for s in seeds]
-
-
-def _comparison_rows(records: Records, task: str, value: Any) -> list[str]:
-    rows = []
-    for method in plan.METHOD_LABELS:
-        cell = [value(r) for r in records if r["task"] == task and r["method"] == method]
-        cell = [v for v in cell if v is not None]
-        if not cell:
-            continue
-        m, sd = mean_sd(cell)
-        diff = "–"
-        if method != "vanilla":
-            mine, base = _pairs(records, task, method, value)
-            if len(mine) >= 2:
-                p = paired(mine, base)
-                diff = f"{p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.3f} | {p.p_bootstrap:.3f}"
-            else:
-                diff = "– | – | –"
-        else:
-            diff = "– | – | –"
-        metric = next(r["metric"] for r in records if r["task"] == task)
-        paper_method = "smart" if method in ("smart-renorm", "smart-independent") else method
-        rows.append(
-            f"| {method} | {len(cell)} | {m:.2f} ± {_fmt(sd)} | {diff} | {_fmt(_paper(task, paper_method, metric), 1)} |"
-        )
-    return rows
-
-
-def _budget(records: Records, task: str) -> float | None:
-    """Equal compute: the median training seconds of vanilla's full runs on `task`."""
-    runs = [r["wall_s"] for r in records if r["task"] == task and r["method"] == "vanilla"]
-    return statistics.median(runs) if runs else None
-
-
-def _step_cost(records: Records, task: str) -> dict[str, float]:
-    """Median seconds per training epoch by method."""
-    out = {}
-    for method in plan.METHOD_LABELS:
-        seconds = [
-            s for r in records if r["task"] == task and r["method"] == method for s in r["epoch_seconds"]
-        ]
-        if seconds:
-            out[method] = statistics.median(seconds)
-    return out
-
-
-def _diagnostic_rows(records: Records) -> list[str]:
-    rows = []
-    for (task, method), runs in sorted(_by(records, "task", "method").items()):
-        if not any(runs[0]["components"].get(k) for k in ("r_s", "d_breg")):
-            continue
-        cells = []
-        for key in DIAGNOSTICS:
-            values = [v for r in runs for v in r["components"].get(key, [])]
-            cells.append(f"{statistics.mean(values):.2e}" if values else "–")
-        loss = [v for r in runs for v in r["train_loss"]]
-        cells.append(f"{statistics.mean(loss):.3f}" if loss else "–")
-        rows.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
-    return rows
+def _link(path: Path) -> str | None:
+    return f"img/{path.name}" if path.exists() else None
 
 
 def grid_section(grid: Records) -> list[str]:
@@ -157,41 +69,7 @@ def grid_section(grid: Records) -> list[str]:
     return lines
 
 
-def plot(records: Records, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
-    if not tasks:
-        return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks, strict=True):
-        for method in plan.METHOD_LABELS:
-            runs = [r for r in records if r["task"] == task and r["method"] == method]
-            if not runs:
-                continue
-            length = min(len(r["curve"]) for r in runs)
-            xs, ys, elapsed = [], [], 0.0
-            for e in range(length):
-                elapsed += statistics.median(r["epoch_seconds"][e] for r in runs)
-                xs.append(elapsed / 60)
-                ys.append(statistics.mean(r["curve"][e] for r in runs))
-            ax.plot(xs, ys, marker="o", markersize=2.5, label=method)
-        metric = runs[0]["metric"] if runs else ""
-        ax.set_title(f"{task} (1k train), dev {metric}")
-        ax.set_xlabel("training minutes (1 CPU thread)")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("dev metric, mean over seeds")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def render(records: Records, grid: Records) -> str:
+def render(records: Records, grid: Records, gpu: Records | None = None) -> str:
     out = [
         "# Reproduction: SMART and its ablations on small GLUE tasks",
         "",
@@ -204,59 +82,22 @@ def render(records: Records, grid: Records) -> str:
     out += ["", *baseline_section()]
     out += ["## The grid on vanilla (learning rate x epochs), in full and with ASHA", ""]
     out += grid_section(grid)
-    tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
-    out += ["## At convergence: the best dev score of each run", ""]
-    if not tasks:
-        out += ["_No method has run yet._", ""]
-    for task in tasks:
-        metric = next(r["metric"] for r in records if r["task"] == task)
+    out += ["## On CPU, through the service", ""]
+    out += methods_sections(records, level="##", unit="1 CPU thread", plot_link=_link(PLOT))
+    if gpu:
+        device = gpu[0].get("device", "a GPU")
         out += [
-            f"### {task} (dev {metric}; paper: {PAPER_TABLE[task].replace('table', 'Table ')}, BERT-base, full training set)",
+            f"## On a lent GPU ({device}), direct runs",
             "",
-            "| method | seeds | mean ± sd | minus vanilla [95% paired bootstrap] | paired t p | bootstrap p | paper |",
-            "|---|---|---|---|---|---|---|",
-            *_comparison_rows(records, task, lambda r: r["value"]),
-            "",
-        ]
-    out += ["## At equal compute: the best dev score within vanilla's training time", ""]
-    for task in tasks:
-        budget = _budget(records, task)
-        if budget is None:
-            continue
-        out += [
-            f"### {task}: budget {budget:.0f} s of training (vanilla's median full run)",
-            "",
-            "| method | seeds | mean ± sd | minus vanilla [95% paired bootstrap] | paired t p | bootstrap p | paper |",
-            "|---|---|---|---|---|---|---|",
-            *_comparison_rows(
-                records, task, lambda r, b=budget: best_within(r["curve"], r["epoch_seconds"], b)
-            ),
+            "The same trials (the campaign's job specs expanded by the job-spec contract), trained by the same",
+            "`run_training` without Ray and MLflow, which the lent machine lacks: `python -m bench.lent_gpu`",
+            "(its `reproduce` stage runs `bench.reproduction.direct`), fp32 (TF32 off), 6–7 trials sharing the",
+            "GPU at once, so the seconds below are per trial under that sharing. The MiniLM weights were carried",
+            "as fp16 and restored to fp32 (each weight rounded once; relative error under 4e-4 per tensor).",
+            f"Records: `bench/results/{GPU_RECORDS.name}`.",
             "",
         ]
-    out += ["## Step cost: median training seconds per epoch (1,000 examples, 1 thread)", ""]
-    out += ["| task | " + " | ".join(plan.METHOD_LABELS) + " |", "|---|" + "---|" * len(plan.METHOD_LABELS)]
-    for task in tasks:
-        cost = _step_cost(records, task)
-        base = cost.get("vanilla")
-        cells = [
-            f"{cost[m]:.1f} s" + (f" ({cost[m] / base:.2f}x)" if base else "") if m in cost else "–"
-            for m in plan.METHOD_LABELS
-        ]
-        out.append(f"| {task} | " + " | ".join(cells) + " |")
-    out += ["", "## What the regulariser measured (per-epoch means over every epoch and seed)", ""]
-    out += [
-        "| task | method | task loss | R_s | R_s at δ = 0 | ‖δ‖∞ | ‖∇R_s‖ / ‖∇L‖ (head) | ascent signal | D_Breg | train loss |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *_diagnostic_rows(records),
-        "",
-    ]
-    if PLOT.exists():
-        out += [
-            "## Dev metric against training time",
-            "",
-            f"![dev metric against training time](img/{PLOT.name})",
-            "",
-        ]
+        out += methods_sections(gpu, level="###", unit="GPU shared by 6–7 trials", plot_link=_link(GPU_PLOT))
     return "\n".join(out) + "\n"
 
 
@@ -266,13 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--records", type=Path, default=RESULTS / "paper_ablation.json")
     parser.add_argument("--grid", type=Path, default=RESULTS / "reproduction_grid.json")
+    parser.add_argument("--gpu-records", type=Path, default=GPU_RECORDS)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reproduction.md")
     args = parser.parse_args(argv)
     records = json.loads(args.records.read_text()) if args.records.exists() else []
     grid = json.loads(args.grid.read_text()) if args.grid.exists() else []
-    plot(records, PLOT)
-    args.out.write_text(render(records, grid))
-    print(f"{len(records)} records, {len(grid)} grid records -> {args.out}")
+    gpu = json.loads(args.gpu_records.read_text()) if args.gpu_records.exists() else []
+    plot(records, PLOT, "training minutes (1 CPU thread)")
+    plot(gpu, GPU_PLOT, "training minutes (GPU shared by 6-7 trials)")
+    args.out.write_text(render(records, grid, gpu))
+    print(f"{len(records)} records, {len(grid)} grid records, {len(gpu)} GPU records -> {args.out}")
     return 0
 
 

@@ -85,8 +85,21 @@ def test_the_report_puts_paired_differences_and_the_papers_numbers_side_by_side(
     assert "| smart | 3 | 61.00 ± 2.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in rte
     assert "| vanilla | 3 | 60.00 ± 2.00 | – | – | – | 63.5 |" in rte
     assert "| rte | smart | 6.50e-01 | 1.00e-10 |" in page  # the regulariser's components, per method
-    report.plot(records, tmp_path / "curves.png")
+    report.plot(records, tmp_path / "curves.png", "training minutes")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_gpu_records_get_their_own_section_with_the_same_tables() -> None:
+    def record(method: str, seed: int, value: float) -> dict[str, object]:
+        return {"task": "rte", "method": method, "seed": seed, "metric": "accuracy", "value": value,
+                "epochs": 2, "wall_s": 2.0, "curve": [value - 1, value], "epoch_seconds": [1.0, 1.0],
+                "train_loss": [0.6, 0.5], "components": {}, "device": "NVIDIA H200"}  # fmt: skip
+
+    gpu = [record(m, s, 55.0 + s + (m == "smart")) for s in (1, 2, 3) for m in ("vanilla", "smart")]
+    page = report.render([], [], gpu)
+    cpu_part, gpu_part = page.split("## On a lent GPU (NVIDIA H200), direct runs")
+    assert "_No method has run yet._" in cpu_part  # the service's campaign has no method records
+    assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in gpu_part
 
 
 def test_the_campaigns_names_round_trip() -> None:

@@ -198,7 +198,7 @@ def test_smart_components_stay_on_the_device(
     has no meta backend, so its two queries are stubbed out."""
     import smart_core.objective
 
-    monkeypatch.setattr(smart_core.objective, "autocast_dtype", lambda device: None)
+    monkeypatch.setattr(smart_core.objective, "step_arithmetic", lambda device: None)
     monkeypatch.setattr(smart_core.bregman, "uncached_autocast", lambda device: contextlib.nullcontext())
     model, ids, mask, labels = _meta_model()
     overrides = {"diagnostics_every": 1}

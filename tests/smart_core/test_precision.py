@@ -10,10 +10,12 @@ import torch
 
 from smart_core import MethodConfig, Objective, method_config, task_loss
 from smart_core.precision import (
+    TF32,
     autocast_dtype,
     full_precision,
     needs_fp32,
     perturbation_rms,
+    step_arithmetic,
     uncached_autocast,
 )
 
@@ -237,3 +239,20 @@ def test_autocast_helpers_restore_the_callers_settings() -> None:
             assert torch.get_float32_matmul_precision() == "medium" and autocast_dtype(CPU) == torch.bfloat16
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_tf32_on_cuda_is_an_arithmetic_the_paper_perturbation_does_not_survive() -> None:
+    paper = method_config("smart")
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(
+            "high"
+        )  # TF32 on CUDA (measured: bench/results/numerics_h200.json)
+        assert step_arithmetic(torch.device("cuda")) == TF32
+        assert step_arithmetic(torch.device("cpu")) is None  # CPU matmuls stay fp32 at "high"
+        assert needs_fp32(paper, TF32, 16, 96)
+        assert not needs_fp32(method_config("smart", epsilon=0.05, sigma=0.05), TF32, 16, 96)
+        torch.set_float32_matmul_precision("highest")
+        assert step_arithmetic(torch.device("cuda")) is None
+    finally:
+        torch.set_float32_matmul_precision(saved)

@@ -1,0 +1,114 @@
+"""The lent-GPU checks, on CPU: the campaign's trials run directly (bench.reproduction.direct), the memory
+grid (bench.memory) and the stage runner (bench.lent_gpu). The GPU itself is never needed here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import lent_gpu, memory
+from bench.reproduction import direct, plan
+from worker.contract.trial import TrainConfig
+
+
+def _trials(tasks: list[str], examples: int | None = 1000) -> list[dict[str, object]]:
+    return direct.trial_configs(plan.CAMPAIGN, tasks, learning_rate=5e-5, epochs=10, train_examples=examples,
+                                overrides={"device": "cuda", "model": "/tmp/m"})  # fmt: skip
+
+
+def test_direct_trials_are_the_services_trials_in_paired_order() -> None:
+    trials = _trials(["stsb", "rte"])
+    assert len(trials) == 2 * len(plan.METHODS) * len(plan.SEEDS)
+    # RTE first (Table 3's small tasks), then seed by seed with every method inside a seed
+    assert [(t["task"], t["seed"], t["_method"]) for t in trials[:8]] == [
+        ("rte", 1, m.label) for m in plan.METHODS
+    ] + [("rte", 2, "vanilla")]
+    smart = next(t for t in trials if t["_method"] == "smart")
+    config = TrainConfig.from_dict({k: v for k, v in smart.items() if not k.startswith("_")})
+    assert (config.device, config.model, config.max_train_samples) == ("cuda", "/tmp/m", 1000)
+    assert config.method_overrides["rs_dropout"] == "shared" and config.length_grouping is False
+    independent = next(t for t in trials if t["_method"] == "smart-independent")
+    assert independent["method_overrides"].get("rs_dropout", "independent") == "independent"
+    assert all(t["max_train_samples"] is None for t in _trials(["rte"], examples=None))
+
+
+def test_a_direct_record_has_the_shape_collect_gives_a_service_trial() -> None:
+    epochs = [{"metrics": {"accuracy": a}, "train_seconds": 2.0, "train_loss": 0.5,
+               "components": {"loss": 0.5, "r_s": 1e-8}} for a in (0.5, 0.6)]  # fmt: skip
+    result = {
+        "epochs": epochs,
+        "provenance": {"precision": "fp32"},
+        "train_examples": 1000,
+        "wall_seconds": 5.0,
+    }
+    row = direct.record({"task": "rte", "seed": 3, "_method": "smart", "learning_rate": 5e-5, "epochs": 2},
+                        result, "cpu")  # fmt: skip
+    assert row["value"] == pytest.approx(60.0) and row["curve"] == pytest.approx([50.0, 60.0])
+    assert row["components"] == {"r_s": [1e-8, 1e-8]} and row["wall_s"] == 4.0
+    issue_format = {"task", "method", "seed", "metric", "value", "epochs", "wall_s", "mlflow_run_id"}
+    report_needs = {"curve", "epoch_seconds", "train_loss", "components", "learning_rate", "planned_epochs"}
+    assert issue_format | report_needs <= set(row)
+
+
+def _tiny_rte(root: Path) -> Path:
+    folder = root / "RTE"
+    folder.mkdir(parents=True)
+    rows = ["index\tsentence1\tsentence2\tlabel"] + [
+        f"{i}\tthe cat sat number {i}\ta cat sat {i % 3}\t{'entailment' if i % 2 else 'not_entailment'}"
+        for i in range(24)
+    ]
+    for split in ("train", "dev"):
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_a_direct_run_trains_appends_records_and_skips_them_when_rerun(tmp_path: Path) -> None:
+    data = _tiny_rte(tmp_path / "glue")
+    out = tmp_path / "records.jsonl"
+    argv = ["--out", str(out), "--tasks", "rte", "--methods", "vanilla,smart", "--seeds", "1", "--model",
+            "tiny-random", "--data", str(data), "--train-examples", "16", "--epochs", "1",
+            "--learning-rate", "5e-5", "--workers", "2"]  # fmt: skip
+    assert direct.main(argv) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["method"] for r in rows) == ["smart", "vanilla"]
+    assert all(r["state"] == "TERMINATED" and r["train_examples"] == 16 and r["epochs"] == 1 for r in rows)
+    smart = next(r for r in rows if r["method"] == "smart")
+    assert smart["components"]["delta_linf"][0] == pytest.approx(1e-5, rel=1e-3)  # the paper's ε was applied
+    assert direct.main(argv) == 0
+    assert len(out.read_text().splitlines()) == 2  # nothing ran twice
+    assert direct.run([], out, 1, stop_at=time.time()) == 0
+
+
+def test_the_memory_grid_times_every_cell_on_cpu(glue_dir: Path) -> None:
+    args = argparse.Namespace(models="tiny-random", methods="vanilla,smart", batch_sizes="2", seq_lens="16",
+                              precisions="fp32", device="cpu", labels={})  # fmt: skip
+    result = memory.run(args)
+    assert [(r["method"], r["batch_size"], r["seq_len"]) for r in result["rows"]] == [
+        ("vanilla", 2, 16),
+        ("smart", 2, 16),
+    ]
+    assert all(r["peak_mb"] is None and r["step_s"] > 0 and r["weights_mb"] > 0 for r in result["rows"])
+
+
+def test_the_stage_runner_kills_a_stage_and_its_children_at_its_limit(tmp_path: Path) -> None:
+    child = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"
+    log = (tmp_path / "log.txt").open("w")
+    tick = time.monotonic()
+    code = lent_gpu._run_group([sys.executable, "-c", child], {}, log, timeout=2.0)
+    assert code == 124 and time.monotonic() - tick < 20
+
+
+def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
+    args = argparse.Namespace(device="cuda", workers=6, reproduce_args="--tasks rte", memory_args="")
+    for stage in ("smoke", "memory", "numerics", "step", "reproduce"):
+        commands = lent_gpu.stage_commands(stage, tmp_path, 400.0, args)
+        assert commands and all(limit <= 400 for _, limit in commands)
+    ((reproduce, limit),) = lent_gpu.stage_commands("reproduce", tmp_path, 400.0, args)
+    assert reproduce[-2:] == ["--tasks", "rte"] and "--deadline-s" in reproduce
+    with pytest.raises(SystemExit, match="unknown stage"):
+        lent_gpu.stage_commands("everything", tmp_path, 400.0, args)
