@@ -75,3 +75,66 @@ def write_calibration(path: Path, result: Mapping[str, Any], source: str = "smar
     entries, ratios = entries_from_step(result, source)
     path.write_text(json.dumps(merge(document, entries, ratios), indent=2) + "\n")
     return len(entries)
+
+
+def entries_from_memory(
+    result: Mapping[str, Any], precision: str, batch_size: int, names: Mapping[str, str], source: str
+) -> list[dict[str, Any]]:
+    """`python -m bench.memory`'s rows at one precision and batch size as calibration entries (its step
+    times are medians of synchronised updates on the GPU it names); `names` maps its model labels to the
+    names a spec uses (`bert-base` -> `bert-base-uncased`)."""
+    device = str(result["setup"]["device"])
+    out = []
+    for row in result["rows"]:
+        if (
+            row["precision"] != precision
+            or int(row["batch_size"]) != batch_size
+            or row["method"] not in METHOD_PRESETS
+        ):
+            continue
+        seconds = float(row["step_s"])
+        out.append(
+            {
+                "model": names.get(row["model"], row["model"]),
+                "method": row["method"],
+                "max_seq_length": int(row["seq_len"]),
+                "device": device,
+                "threads": 0,  # a GPU update: host threads do not set its cost
+                "batch_size": batch_size,
+                "train_s_per_example": seconds / batch_size,
+                "source": f"{source}: {row['model']} {row['method']} step_s {seconds:.4f} s / batch {batch_size} "
+                f"at {row['seq_len']} tokens, {precision}, on {device}",
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.calibration --from-memory RESULT.json [--precision bf16] [--batch-size 32]`: merge a
+    GPU's measured step times into the packaged calibration table."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.calibration", description=main.__doc__)
+    parser.add_argument("--from-memory", type=Path, required=True)
+    parser.add_argument("--precision", default="bf16", help="the GPU default ('auto' trains in bf16 on CUDA)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--name", action="append", default=["bert-base=bert-base-uncased"], help="LABEL=MODEL"
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "service/costs/calibration.json",
+    )
+    args = parser.parse_args(argv)
+    result = json.loads(args.from_memory.read_text())
+    names = dict(n.split("=", 1) for n in args.name)
+    entries = entries_from_memory(result, args.precision, args.batch_size, names, str(args.from_memory))
+    document = json.loads(args.calibration.read_text())
+    args.calibration.write_text(json.dumps(merge(document, entries, {}), indent=2) + "\n")
+    print(f"{len(entries)} entries from {args.from_memory} -> {args.calibration}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

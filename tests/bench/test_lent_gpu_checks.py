@@ -112,3 +112,27 @@ def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
     assert reproduce[-2:] == ["--tasks", "rte"] and "--deadline-s" in reproduce
     with pytest.raises(SystemExit, match="unknown stage"):
         lent_gpu.stage_commands("everything", tmp_path, 400.0, args)
+
+
+def test_a_gpus_measured_steps_price_gpu_trials_in_the_packaged_table() -> None:
+    from bench.calibration import entries_from_memory
+    from service.costs.calibration import default_document, from_document
+
+    result = json.loads((Path(__file__).resolve().parents[2] / "bench/results/memory_h200.json").read_text())
+    entries = entries_from_memory(result, "bf16", 32, {"bert-base": "bert-base-uncased"}, "test")
+    assert {(e["model"], e["max_seq_length"]) for e in entries} == {
+        (m, s) for m in ("minilm-l6", "bert-base-uncased") for s in (128, 512)
+    }
+    smart = next(
+        e for e in entries if (e["model"], e["method"], e["max_seq_length"]) == ("minilm-l6", "smart", 128)
+    )
+    row = next(r for r in result["rows"] if (r["model"], r["method"], r["batch_size"], r["seq_len"], r["precision"])
+               == ("minilm-l6", "smart", 32, 128, "bf16"))  # fmt: skip
+    assert smart["train_s_per_example"] == pytest.approx(row["step_s"] / 32)
+    packaged = from_document(default_document())  # `python -m bench.calibration --from-memory` was run on it
+    match = packaged.lookup("bert-base-uncased", "smart", 512, "NVIDIA H200")
+    assert match is not None and match.fallback is None
+    assert (
+        match.train_s_per_example
+        > packaged.lookup("bert-base-uncased", "vanilla", 512, "NVIDIA H200").train_s_per_example
+    )
