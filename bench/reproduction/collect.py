@@ -99,7 +99,10 @@ def collect(client: Client, tracking_uri: str, campaign: Campaign = CAMPAIGN) ->
 
 def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
     """The methods' records to `out` (the issue's format plus curves), the grid's to `grid_out`."""
-    methods = [r for r in records if r["method"] in METHOD_LABELS]
+    methods = [r for r in records if r["method"] in METHOD_LABELS and r["state"] == "TERMINATED"]
+    unfinished = sum(r["method"] in METHOD_LABELS and r["state"] != "TERMINATED" for r in records)
+    if unfinished:
+        print(f"{unfinished} method trials not finished yet: left out")  # a running trial's best is partial
     grid = [r for r in records if r["method"] not in METHOD_LABELS]
     for path, rows in ((out, methods), (grid_out, grid)):
         path.write_text(json.dumps(rows, indent=1) + "\n")

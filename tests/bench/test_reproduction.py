@@ -127,3 +127,19 @@ def test_the_grid_section_says_what_asha_saved_and_whether_it_kept_the_best_cell
     text = "\n".join(report.grid_section(full + asha))
     assert "ASHA ran 3 of the full grid's 4 epochs (25% fewer; training time 25% less)" in text
     assert "best cell (mean over seeds): lr 5e-05 x 2 epochs" in text and "the same cell: **no**" in text
+
+
+def test_only_finished_method_trials_reach_the_records(tmp_path: Path) -> None:
+    from bench.reproduction.collect import write
+
+    def row(method: str, state: str) -> dict[str, Any]:
+        return {"task": "stsb", "method": method, "seed": 1, "state": state}
+
+    records = [row("vanilla", "TERMINATED"), row("smart", "RUNNING"), row("grid-asha", "STOPPED")]
+    write(records, tmp_path / "methods.json", tmp_path / "grid.json")
+    import json
+
+    assert [r["method"] for r in json.loads((tmp_path / "methods.json").read_text())] == ["vanilla"]
+    assert [r["state"] for r in json.loads((tmp_path / "grid.json").read_text())] == [
+        "STOPPED"
+    ]  # ASHA's cuts stay
