@@ -13,6 +13,7 @@ memory and step measurements, whose cost does not depend on the weights), then r
 own process with its own time limit, writing JSON under OUT and every stage's log to OUT/log.txt:
 
 - smoke: one SMART trial on CUDA in fp32 and one in bf16 (bench.reproduction.direct);
+- determinism: the same SMART trial twice in deterministic mode, compared epoch by epoch (`compare`);
 - memory: bench.memory, MiniLM and BERT-base;
 - step: bench.step on MiniLM (the calibration entries for this GPU);
 - numerics: bench.numerics on CUDA (with TF32);
@@ -95,6 +96,12 @@ def stage_commands(
         return [([*direct, "--out", str(out / f"smoke-{precision}.jsonl"), "--tasks", "rte", "--methods", "smart,vanilla",
                   "--seeds", "1", "--train-examples", "64", "--eval-examples", "64", "--epochs", "1", "--workers", "2",
                   "--precision", precision], 120) for precision in ("fp32", "bf16")]  # fmt: skip
+    if name == "determinism":  # the same trial twice: how far apart a GPU audit's rerun can land
+        runs = [([*direct, "--out", str(out / f"determinism-{run}.jsonl"), "--tasks", "rte", "--methods", "smart",
+                  "--seeds", "1", "--train-examples", "256", "--epochs", "2", "--precision", "fp32"], 180)
+                for run in "ab"]  # fmt: skip
+        return [*runs, ([sys.executable, "-m", "bench.lent_gpu", "compare", str(out / "determinism-a.jsonl"),
+                         str(out / "determinism-b.jsonl")], 30)]  # fmt: skip
     if name == "memory":
         return [([*py, "bench.memory", "--models", f"{minilm},{bert}", "--label", f"{minilm}=minilm-l6",
                   "--label", f"{bert}=bert-base", "--methods", METHODS, "--device", device, "--out", str(out / "memory.json"),
@@ -160,6 +167,27 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def compare(first: Path, second: Path) -> int:
+    """Print the largest difference between two runs' per-epoch numbers (dev curve, train loss, components)
+    of the same trials; exit 1 when any differs (a GPU run is then not bit-reproducible)."""
+    import json
+
+    def numbers(path: Path) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            key = f"{row['task']}/{row['method']}/{row['seed']}"
+            out |= {f"{key}/curve": row["curve"], f"{key}/train_loss": row["train_loss"]}
+            out |= {f"{key}/{name}": values for name, values in row.get("components", {}).items()}
+        return out
+
+    a, b = numbers(first), numbers(second)
+    worst = {k: max((abs(x - y) for x, y in zip(a[k], b.get(k, []), strict=False)), default=0.0) for k in a}
+    differ = {k: v for k, v in worst.items() if v > 0 or k not in b}
+    print(json.dumps({"identical": not differ, "max_abs_difference": worst}, indent=1))
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.lent_gpu", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,13 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     running = sub.add_parser("run")
     running.add_argument("--assets", type=Path, default=ROOT / ".gpu")
     running.add_argument("--out", type=Path, required=True)
-    running.add_argument("--stages", default="smoke,memory,step,numerics")
+    running.add_argument("--stages", default="smoke,determinism,memory,numerics")
     running.add_argument("--budget-s", type=float, default=540.0, help="for all stages together")
     running.add_argument("--workers", type=int, default=6, help="reproduce: trials at a time on the GPU")
     running.add_argument("--device", default="cuda", help="cpu runs the same stages here (a dry run)")
     running.add_argument("--reproduce-args", default="", help="more flags for bench.reproduction.direct")
     running.add_argument("--memory-args", default="", help="more flags for bench.memory")
+    comparing = sub.add_parser("compare", help="two JSONL records of the same trials: identical or not")
+    comparing.add_argument("first", type=Path)
+    comparing.add_argument("second", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        return compare(args.first, args.second)
     if args.command == "pack":
         pack(args.assets, args.glue)
         return 0

@@ -105,7 +105,7 @@ def test_the_stage_runner_kills_a_stage_and_its_children_at_its_limit(tmp_path: 
 
 def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
     args = argparse.Namespace(device="cuda", workers=6, reproduce_args="--tasks rte", memory_args="")
-    for stage in ("smoke", "memory", "numerics", "step", "reproduce"):
+    for stage in ("smoke", "determinism", "memory", "numerics", "step", "reproduce"):
         commands = lent_gpu.stage_commands(stage, tmp_path, 400.0, args)
         assert commands and all(limit <= 400 for _, limit in commands)
     ((reproduce, limit),) = lent_gpu.stage_commands("reproduce", tmp_path, 400.0, args)
@@ -136,3 +136,25 @@ def test_a_gpus_measured_steps_price_gpu_trials_in_the_packaged_table() -> None:
         match.train_s_per_example
         > packaged.lookup("bert-base-uncased", "vanilla", 512, "NVIDIA H200").train_s_per_example
     )
+
+
+def test_compare_says_whether_two_runs_of_the_same_trials_are_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = {"task": "rte", "method": "smart", "seed": 1, "curve": [50.0, 51.0], "train_loss": [0.7, 0.6],
+           "components": {"r_s": [1e-8, 2e-8]}}  # fmt: skip
+    a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    a.write_text(json.dumps(row) + "\n")
+    b.write_text(json.dumps(row) + "\n")
+    c.write_text(json.dumps(row | {"train_loss": [0.7, 0.6001]}) + "\n")
+    assert lent_gpu.compare(a, b) == 0
+    assert lent_gpu.compare(a, c) == 1
+    out = capsys.readouterr().out
+    decoder, reports, at = json.JSONDecoder(), [], 0
+    while at < len(out.rstrip()):
+        report, at = decoder.raw_decode(out, at)
+        reports.append(report)
+        at += 1
+    assert [r["identical"] for r in reports] == [True, False]
+    assert reports[1]["max_abs_difference"]["rte/smart/1/train_loss"] == pytest.approx(1e-4)
+    assert lent_gpu.main(["compare", str(a), str(b)]) == 0
