@@ -120,6 +120,7 @@ def plot(records: Records, path: Path, xlabel: str) -> None:
 
     tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
     if not tasks:
+        path.unlink(missing_ok=True)  # no stale plot beside a page that has no records
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
