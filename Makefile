@@ -14,7 +14,7 @@ export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../sh
 $(STAMP): pyproject.toml requirements-dev.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --constraint requirements-dev.lock -e '.[dev,bench,postgres]'
+	$(BIN)/python -m pip install -q --constraint requirements-dev.lock -e '.[dev,bench,postgres,s3]'
 	touch $(STAMP)
 
 # Re-resolves the locks from pyproject.toml's ranges (needs the package index): requirements.lock for
@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml requirements-dev.lock
 # pyproject.toml itself and left out: its CPU, CUDA and macOS builds come from different indexes.
 LOCK_FLAGS := --python-version 3.11 --universal --no-emit-package torch --quiet
 lock: install
-	$(BIN)/uv pip compile pyproject.toml --extra postgres $(LOCK_FLAGS) -o requirements.lock
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --extra postgres $(LOCK_FLAGS) -o requirements-dev.lock
+	$(BIN)/uv pip compile pyproject.toml --extra postgres --extra s3 $(LOCK_FLAGS) -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --extra postgres --extra s3 $(LOCK_FLAGS) -o requirements-dev.lock
 
 install: $(STAMP)
 
@@ -71,6 +71,7 @@ bench: install
 	$(BIN)/smartune bench startup --json | tee bench/results/startup.json
 	$(BIN)/python -m bench.pool_sim   # bench/results/pool_sim.json, docs/img/pool_sim.png (~7 min)
 	$(BIN)/python -m bench.estimate --json | tee bench/results/estimate.json
+	$(BIN)/python -m bench.memory_fit   # service/costs/memory.json from bench/results/memory_h200.json (< 1 s)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out mutants

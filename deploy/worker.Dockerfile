@@ -34,7 +34,7 @@ WORKDIR /src
 # The dependencies in their own layer (rebuilt only when pyproject.toml or the lock changes), at the
 # versions of requirements.lock (`make lock`), then the project.
 COPY pyproject.toml README.md requirements.lock ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['s3']))" \
         > /tmp/requirements.txt \
     && pip install --constraint requirements.lock --requirement /tmp/requirements.txt \
     && rm /tmp/requirements.txt

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service import crud, validation
 from service.config import Settings
-from service.costs import budget, calibration, estimate
+from service.costs import budget, calibration, estimate, memory
 from service.datasets import ops as datasets
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
@@ -37,6 +37,13 @@ def _replay(job: Job, spec_hash: str) -> Job:
     return job
 
 
+def _pinned(session: Session, settings: Settings, team: Team, spec: JobSpec) -> JobSpec:
+    """The spec as stored: `dataset:NAME` pinned to its digest, GPU trials to their memory estimate and the
+    GPU fraction it packs to (service.costs.memory.pin), both decided now, at submission."""
+    spec = datasets.pin(session=session, team=team, spec=spec)
+    return memory.pin(spec, gpu_kind=settings.gpu_kind, table=memory.load(session))
+
+
 def submit_job(
     *,
     session: Session,
@@ -47,7 +54,7 @@ def submit_job(
     capacity: Resources | None = None,
 ) -> tuple[Job, bool]:
     """Queue `spec` for `team`; return the job and whether it is an earlier submission replayed."""
-    spec = datasets.pin(session=session, team=team, spec=spec)  # `dataset:NAME` -> its digest, now
+    spec = _pinned(session, settings, team, spec)
     spec_hash = spec.spec_hash()
     if idempotency_key is not None:
         earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
@@ -89,7 +96,8 @@ def cost_plan(
 ) -> dict[str, Any]:
     """The spec's plan (service.costs.estimate) with this deployment's calibration."""
     table = calibration.load(session)
-    return estimate.plan(spec, settings=settings, team=team, calibration=table, capacity=capacity)
+    return estimate.plan(spec, settings=settings, team=team, calibration=table, capacity=capacity,
+                         memory_table=memory.load(session))  # fmt: skip
 
 
 def dry_run(
@@ -97,7 +105,7 @@ def dry_run(
 ) -> dict[str, Any]:
     """What a submission of `spec` would be told, and its plan; nothing is created. A budget it would
     exceed is reported in the plan (`budget.fits` false, `budget.refusal`), not raised."""
-    spec = datasets.pin(session=session, team=team, spec=spec)
+    spec = _pinned(session, settings, team, spec)
     validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
     try:

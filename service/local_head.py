@@ -9,6 +9,10 @@ exits, unless told to keep it (`--keep-ray`: running sweeps then outlive the ser
 What runs is recorded under `<data dir>/run/` (`serve.json`, `ray-head.json`: pids and addresses), so
 `smartune stop` (and `make stop`) can stop what `make run` started, also after a crash left it behind.
 A pid is signalled only while its command line is still the recorded one (pids are reused).
+
+A head on a machine with GPUs advertises their memory as the custom resource `gpu_memory_mb` (MiB, all its
+GPUs together), by which the sweep driver packs trials onto GPUs (docs/memory_packing.md). It is read with
+torch in a child process (the service never imports torch); without torch or GPUs nothing is advertised.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from service.ray_jobs import JobSubmissionAdapter, RayUnavailable, auth_headers,
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # a cold `ray start` on a small machine takes 10-40 s
+GPU_PROBE_TIMEOUT_S = 60.0  # importing torch and initialising CUDA takes 2-20 s
+# MiB of each visible GPU, as a JSON list; an empty list without CUDA.
+_GPU_PROBE = ("import json, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+              "print(json.dumps([torch.cuda.get_device_properties(i).total_memory >> 20 for i in range(n)]))")  # fmt: skip
 STOP_TIMEOUT_S = 60.0
 
 
@@ -71,6 +79,30 @@ def check_auth(address: str, *, token: str | None = None, timeout_s: float = 5.0
         raise RayUnavailable(f"Ray dashboard at {address} answered {ours.status_code}")
 
 
+def gpu_memory_mb(num_gpus: int | None = None, python: str = sys.executable) -> int | None:
+    """MiB of the GPUs a head started here gets (the first `num_gpus` visible ones), read by `python` with
+    torch in a child process; None without torch, CUDA or GPUs (or when the probe fails)."""
+    if num_gpus == 0:
+        return None
+    try:
+        done = subprocess.run([python, "-c", _GPU_PROBE], capture_output=True, text=True,
+                              timeout=GPU_PROBE_TIMEOUT_S, check=True)  # fmt: skip
+        sizes = [int(mb) for mb in json.loads(done.stdout.strip().splitlines()[-1])]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, TypeError):
+        logger.info("no GPU memory to advertise (torch or CUDA not available to %s)", python)
+        return None
+    total = sum(sizes[:num_gpus] if num_gpus is not None else sizes)
+    return total or None
+
+
+def resource_args(num_gpus: int | None, extra_args: str) -> list[str]:
+    """`--resources` advertising the GPUs' memory, unless `extra_args` gives its own."""
+    if "--resources" in extra_args:
+        return []
+    memory = gpu_memory_mb(num_gpus)
+    return [f"--resources={json.dumps({'gpu_memory_mb': memory})}"] if memory else []
+
+
 def start_or_reuse(
     data_dir: Path,
     *,
@@ -99,6 +131,7 @@ def start_or_reuse(
     cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
     cmd += [f"--num-gpus={num_gpus}"] if num_gpus is not None else []
     cmd += [f"--temp-dir={temp_dir}"] if temp_dir is not None else []
+    cmd += resource_args(num_gpus, extra_args)
     cmd += shlex.split(extra_args)
     folder = run_dir(data_dir)
     folder.mkdir(parents=True, exist_ok=True)

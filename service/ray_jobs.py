@@ -167,7 +167,8 @@ class JobSubmissionAdapter:
             raise RayJobError(f"{response.status_code}: {response.text[-2000:]}")
         return str(response.json().get("logs", ""))
 
-    def capacity(self) -> Resources:
+    def _alive_nodes(self) -> list[Any]:
+        """Ray's NodeState rows of the live nodes (the state API through the dashboard)."""
         from ray.util.state.api import StateApiClient
         from ray.util.state.common import ListApiOptions, StateResource
 
@@ -177,10 +178,19 @@ class JobSubmissionAdapter:
                 detail=True, filters=[("state", "=", "ALIVE")], timeout=max(1, int(self.timeout_s))
             )
             # A partial answer (a busy dashboard drops nodes from it) raises instead of reading low.
-            nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=True)
+            return list(client.list(StateResource.NODES, options=options, raise_on_missing_output=True))
         except Exception as err:
             raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
-        totals = [getattr(n, "resources_total", None) or {} for n in nodes]  # NodeState rows
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The live nodes as `{"node", "resources_total"}` (CPU, GPU, gpu_memory_mb, ...): the pool page's
+        per-node GPU memory. Ray's state API lists totals only, not what is free on each node."""
+        return [{"node": getattr(n, "node_name", None) or getattr(n, "node_ip", "?"),
+                 "resources_total": dict(getattr(n, "resources_total", None) or {})}
+                for n in self._alive_nodes()]  # fmt: skip
+
+    def capacity(self) -> Resources:
+        totals = [getattr(n, "resources_total", None) or {} for n in self._alive_nodes()]  # NodeState rows
         cpus = sum(float(t.get("CPU", 0)) for t in totals)
         gpus = sum(float(t.get("GPU", 0)) for t in totals)
         if cpus <= 0:  # no node listed yet (a fresh head) or none with its resources: not a pool of zero

@@ -8,6 +8,12 @@ asks for any: GPU-hours; else its CPUs: CPU-hours) / 3600, summed over trials. W
 out, longest first, on the slots the job may run at once (its max_concurrent_trials within the pool and
 the team's quota). ASHA's saving is an expectation (service.costs.asha) shown beside the full figure, which
 is what a budget is charged with. Sampled (random) axes are costed at the spec's base value.
+
+A job with GPUs also gets its trials' accelerator memory (service.costs.memory): per group the estimate,
+and for the job the figure every trial reserves (the spec's `resources.gpu_memory_mb`, else the largest
+estimate, which submission pins into the spec), with the GPU fraction it packs to and the trials per GPU
+on the deployment's GPU kind (SMARTUNE_GPU_KIND; unknown: the worker packs by what the nodes advertise).
+Device-hours are charged at the spec's `gpus`, as the job store records it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from service.config import Settings
 from service.costs import asha
+from service.costs import memory as gpu_memory
 from service.costs.calibration import ANY_GPU, Calibration
 from service.costs.sizes import eval_examples, train_examples
 from service.models import Team
@@ -27,7 +34,7 @@ from worker.contract.spec import JobSpec
 
 # What makes two trials cost the same.
 COST_FIELDS = ("task", "model", "method", "max_seq_length", "epochs", "batch_size", "max_train_samples",
-               "max_eval_samples", "train_fraction", "data", "workers")  # fmt: skip
+               "max_eval_samples", "train_fraction", "data", "workers", "precision", "optimizer")  # fmt: skip
 
 
 def device_of(spec: JobSpec, settings: Settings) -> tuple[str, str, float]:
@@ -38,7 +45,12 @@ def device_of(spec: JobSpec, settings: Settings) -> tuple[str, str, float]:
 
 
 def _group(
-    trial: dict[str, Any], count: int, spec: JobSpec, settings: Settings, calibration: Calibration
+    trial: dict[str, Any],
+    count: int,
+    spec: JobSpec,
+    settings: Settings,
+    calibration: Calibration,
+    table: gpu_memory.MemoryTable,
 ) -> dict[str, Any]:
     device, _unit, _units = device_of(spec, settings)
     train = train_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_train_samples"],
@@ -56,7 +68,11 @@ def _group(
         "seconds_per_trial": None,
         "seconds_per_epoch": None,
         "unknown": None,
+        "memory": None,
     }
+    if spec.resources.gpus > 0:
+        found = gpu_memory.trial_estimate(spec, trial, gpu_kind=settings.gpu_kind, table=table)
+        out["memory"] = found.describe()
     if match is None:
         out["unknown"] = (f"no calibration entry for model {trial['model']!r} on {device!r} (nor vanilla's, "
                           "for a method cost ratio)")  # fmt: skip
@@ -121,6 +137,30 @@ def _asha(spec: JobSpec, groups: list[dict[str, Any]], n_trials: int, units: flo
     return out
 
 
+UNKNOWN_GPU = ("GPU memory unknown (SMARTUNE_GPU_KIND unset or not a known GPU): the worker packs by the "
+               "memory the Ray nodes advertise")  # fmt: skip
+
+
+def memory_plan(spec: JobSpec, groups: list[dict[str, Any]], settings: Settings) -> dict[str, Any] | None:
+    """What each trial reserves per GPU and how the trials pack; None for CPU trials."""
+    if spec.resources.gpus == 0:
+        return None
+    largest = max((g["memory"] for g in groups if g["memory"]), key=lambda m: m["mb"])
+    mb = spec.resources.gpu_memory_mb or largest["mb"]
+    per_gpu = gpu_memory.gpu_memory_of(settings.gpu_kind)
+    fraction = spec.resources.model_copy(update={"gpu_memory_mb": mb}).packed_gpus(per_gpu)
+    return {
+        "per_trial_mb": mb,
+        "basis": "spec" if spec.resources.gpu_memory_mb else "estimate",  # whose figure per_trial_mb is
+        "largest_estimate": largest,
+        "gpu": settings.gpu_kind,
+        "gpu_memory_mb": per_gpu,
+        "gpu_fraction": fraction if per_gpu else None,
+        "trials_per_gpu": int(1 // fraction) if per_gpu and fraction < 1 else (1 if per_gpu else None),
+        "note": None if per_gpu else UNKNOWN_GPU,
+    }
+
+
 def plan(
     spec: JobSpec,
     *,
@@ -128,15 +168,18 @@ def plan(
     team: Team,
     calibration: Calibration,
     capacity: Resources | None = None,
+    memory_table: gpu_memory.MemoryTable | None = None,
 ) -> dict[str, Any]:
-    """The plan of a spec that passed validation (service.validation.check_spec): JSON-able."""
+    """The plan of a spec that passed validation (service.validation.check_spec): JSON-able. The memory
+    table defaults to the packaged one (service.costs.memory.load adds this deployment's peaks)."""
+    table = memory_table or gpu_memory.default_table()
     cells = spec.trials()
     samples = spec.search.num_samples
     n_trials = len(cells) * samples
     alike: dict[str, list[Any]] = {}  # the first trial of each kind, and how many there are
     for trial in cells:
         alike.setdefault(repr([trial.get(k) for k in COST_FIELDS]), [trial, 0])[1] += 1
-    groups = [_group(trial, n * samples, spec, settings, calibration) for trial, n in alike.values()]
+    groups = [_group(trial, n * samples, spec, settings, calibration, table) for trial, n in alike.values()]
     if getattr(spec, "multitask", None) is not None:
         for g in groups:
             g["unknown"] = "joint multitask trials are not estimated yet"
@@ -168,4 +211,5 @@ def plan(
         "asha": _asha(spec, groups, n_trials, units),
         "unknown": unknown,
         "sampled_axes": sorted(spec.sampled_axes()),  # costed at the spec's base value
+        "memory": memory_plan(spec, groups, settings),
     }

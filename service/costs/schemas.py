@@ -40,6 +40,11 @@ class PlanGroup(BaseModel):
     seconds_per_epoch: float | None
     seconds_per_trial: float | None
     unknown: str | None = Field(description="why this group could not be estimated")
+    memory: dict[str, Any] | None = Field(
+        None,
+        description="trials with GPUs: peak accelerator memory per GPU (`mb`, MiB, margins included), the "
+        "predicted allocated peak, the fitted entry used, its basis (measured / scaled / conservative) and notes",
+    )
 
 
 class JobEstimate(BaseModel):
@@ -64,6 +69,11 @@ class JobEstimate(BaseModel):
     )
     unknown: list[str]
     sampled_axes: list[str] = Field(description="random axes, costed at the spec's base value")
+    memory: dict[str, Any] | None = Field(
+        None,
+        description="trials with GPUs: `per_trial_mb` each reserves per GPU (Ray's gpu_memory_mb), the GPU's "
+        "memory, the `gpu_fraction` a trial packs to and `trials_per_gpu` (docs/memory_packing.md)",
+    )
     budget: BudgetPublic
 
 

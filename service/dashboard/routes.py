@@ -22,7 +22,7 @@ from service import jobs as job_ops
 from service.api.deps import EngineDep, RayJobsDep, SessionDep, SettingsDep, WriterDep, WriteSessionDep
 from service.api.routes import pool as pool_routes
 from service.api.spec_body import read_spec
-from service.dashboard import auth, views
+from service.dashboard import auth, memory, views
 from service.dashboard.auth import Viewer
 from service.dashboard.render import render
 from service.errors import ApiError
@@ -254,13 +254,26 @@ async def resubmit_job(
 
 @router.get("/pool")
 def read_pool_page(
-    request: Request, session: SessionDep, settings: SettingsDep, engine: EngineDep, viewer: PageViewer
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    engine: EngineDep,
+    ray: RayJobsDep,
+    viewer: PageViewer,
 ) -> HTMLResponse:
-    """The pool: capacity, usage by team against quotas, the queue with reasons, recent decisions."""
+    """The pool: capacity, GPU memory and its packing, usage by team against quotas, the queue with
+    reasons, recent decisions."""
     key = viewer.principal
     pool = pool_routes.read_pool(session=session, key=key, engine=engine, settings=settings)
     queue = pool_routes.read_queue(session=session, key=key, engine=engine, settings=settings)
-    context = {"viewer": viewer, "pool": pool, "queue": queue, **views.pool_page(session, key)}
+    gpu_memory = memory.memory_section(session, key, memory.ray_nodes(ray))
+    context = {
+        "viewer": viewer,
+        "pool": pool,
+        "queue": queue,
+        "memory": gpu_memory,
+        **views.pool_page(session, key),
+    }
     return render(request, "pool.html", context)
 
 

@@ -176,7 +176,10 @@ def test_worker_and_mlflow_images_use_the_project_pins() -> None:
     project = _project_pins()
     worker = " ".join(a for k, a in instructions(DEPLOY / "worker.Dockerfile") if k == "RUN")
     assert f'pip install "torch{project["torch"].specifier}" --index-url' in worker
-    assert "['project']['dependencies']" in worker and "pip install --no-deps ." in worker
+    assert "p['dependencies']" in worker and "pip install --no-deps ." in worker
+    assert (
+        "p['optional-dependencies']['s3']" in worker
+    )  # boto3: trials read the team stack's S3 dataset store
     mlflow = " ".join(a for k, a in instructions(DEPLOY / "mlflow.Dockerfile") if k == "RUN")
     assert f'"mlflow[auth]{project["mlflow"].specifier}"' in mlflow
     (psycopg,) = [

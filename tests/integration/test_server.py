@@ -11,10 +11,11 @@ import httpx
 import pytest
 
 from bench.cluster import Postgres, RayHead, Server, make_server
+from service.ray_jobs import JobSubmissionAdapter
 from tests.integration.client import FINAL, Api, tiny_spec
 
 
-def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server) -> None:
+def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server, ray_head: RayHead) -> None:
     admin = Api(server, server.admin_key())
     api = Api(server, admin.team_key("nlp"))
     assert api("GET", "/readyz").json() == {"status": "ok", "database": "ok", "ray": "ok"}
@@ -25,6 +26,8 @@ def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server
         time.sleep(0.5)
         capacity = api("GET", "/api/v1/pool").json()["capacity"]
     assert capacity == {"cpus": 4.0, "gpus": 2.0}
+    (node,) = JobSubmissionAdapter(ray_head.address).nodes()  # the pool page's per-node GPU memory
+    assert node["resources_total"]["GPU"] == 2.0 and node["node"]
     job_id = api.submit(tiny_spec())
     job = api.wait(job_id, lambda j: j["state"] in FINAL)
     assert job["state"] == "SUCCEEDED", job["message"]

@@ -3,6 +3,7 @@ with fake Ray and MLflow."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -103,3 +104,24 @@ def test_a_finished_job_shows_estimated_and_actual_hours(
     group = dry_run(client, team_key, PRICED).json()["groups"][0]
     assert group["calibration"]["fallback"] is None and group["calibration"]["train_s_per_example"] == 1 / 16
     assert "measured here" in group["calibration"]["entry"]["source"]
+
+
+def test_a_gpu_submission_is_stored_with_its_memory_estimate_and_packed_fraction(
+    client: TestClient, db: Database, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings, "gpu_kind", "NVIDIA H100 80GB HBM3")
+    key = make_team(db, "gpu", gpu_quota=4.0)
+    body = spec(model="minilm-l6", method="smart", resources={"cpus": 1, "gpus": 0.0625},
+                training={"batch_size": 32, "max_seq_length": 512})  # fmt: skip
+    plan = dry_run(client, key, body).json()
+    mb = plan["memory"]["per_trial_mb"]
+    packed = plan["memory"]["gpu_fraction"]
+    assert mb > 0 and packed * plan["memory"]["gpu_memory_mb"] >= mb and packed > 0.0625  # packed by memory
+    job_id = submit(client, key, body)["id"]
+    with db.write_sessions() as session:
+        stored = json.loads(session.get(Job, job_id).spec_json)["resources"]
+    assert stored["gpu_memory_mb"] == pytest.approx(mb) and stored["gpus"] == pytest.approx(packed)
+    given = submit(client, key, {**body, "resources": {"cpus": 1, "gpus": 0.5, "gpu_memory_mb": 1000}})["id"]
+    with db.write_sessions() as session:
+        kept = json.loads(session.get(Job, given).spec_json)["resources"]
+    assert (kept["gpus"], kept["gpu_memory_mb"]) == (0.5, 1000)  # a stated figure and a larger fraction stay

@@ -59,9 +59,13 @@ from worker.tune.tracking import (
 )
 from worker.tune.trainable import TrialContext, train_trial
 from worker.tune.tuning import (
+    AloneAfterOom,
     TrialResolver,
+    alone,
     cell_axes,
     data_trials,
+    gpu_memory_per_gpu,
+    node_cpus,
     param_space,
     resources,
     run_config,
@@ -143,9 +147,11 @@ def connect_ray() -> bool:
     return True
 
 
-def check_resources(spec: JobSpec) -> None:
+def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
     have = ray.cluster_resources()
     need = {"CPU": spec.resources.cpus, "GPU": spec.resources.gpus}
+    if request is not None:  # the trial's request (tuning.resources): its GPUs packed by memory, the memory
+        need = {key.upper() if key in ("cpu", "gpu") else key: value for key, value in request.items()}
     short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
     if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
         wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
@@ -170,7 +176,13 @@ def run_sweep(
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     settings = settings or Settings.from_env()
     settings.prepare()
-    check_resources(spec)
+    nodes = ray.nodes()
+    per_gpu = gpu_memory_per_gpu(nodes)  # MiB of the smallest advertised GPU; None: trials pack by `gpus`
+    request = resources(spec, per_gpu)
+    if spec.resources.gpus and "gpu_memory_mb" not in request:
+        logger.warning("trials are packed by their GPU fraction only: %s", "no node advertises gpu_memory_mb"
+                       if per_gpu is None else "the spec names no resources.gpu_memory_mb")  # fmt: skip
+    check_resources(spec, request)
     trials, axes = trial_configs(spec, spec.resources.cpus), cell_axes(spec)
     client = MlflowClient(tracking_uri=settings.tracking_uri)
     target = TrackingTarget(
@@ -189,7 +201,7 @@ def run_sweep(
     resolver = TrialResolver(axes)
     shared = share_data(data_trials(spec, trials))  # read and tokenised once here, not once per trial
     trainable = tune.with_resources(
-        tune.with_parameters(train_trial, context=context, shared_data=shared), resources(spec)
+        tune.with_parameters(train_trial, context=context, shared_data=shared), request
     )
     space = param_space(spec, trials)
     if resuming:
@@ -199,7 +211,8 @@ def run_sweep(
             path, trainable=trainable, resume_unfinished=True, resume_errored=True, param_space=space
         )
     else:
-        callbacks = [TrialStateCallback(target, parent_id, resolver), LiveTable(resolver, table)]
+        callbacks = [TrialStateCallback(target, parent_id, resolver), LiveTable(resolver, table),
+                     AloneAfterOom(alone(spec, per_gpu, node_cpus(nodes, spec.resources.cpus)))]  # fmt: skip
         tuner = tune.Tuner(
             trainable,
             param_space=space,

@@ -9,6 +9,10 @@ state, continues its own MLflow run, and ends exactly where an uninterrupted run
 The run also gets its training data as a dataset input and the node's system metrics while it trains
 (worker.tune.telemetry), and, once the last epoch is done, the best checkpoint as a transformers-flavour
 MLflow model (worker.tune.registry).
+On a GPU the trial logs what it holds (`gpu_fraction`, `gpu_memory_reserved_mb`) at each start, its peak
+allocated memory (`gpu_memory_peak_mb`) with every epoch and, when it runs out of memory, what it held then
+(`gpu_memory_oom_peak_mb`) before it fails: the control plane corrects its memory estimate with them
+(service.costs.refresh.memory_peaks; docs/memory_packing.md).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import torch
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from ray import tune
@@ -67,7 +72,16 @@ from worker.tune.tracking import (
 from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
+PEAK_METRIC = "gpu_memory_peak_mb"  # torch.cuda.max_memory_allocated since the trial started, MiB
+OOM_PEAK_METRIC = "gpu_memory_oom_peak_mb"  # the same, when an allocation failed (a lower bound)
 logger = logging.getLogger(__name__)
+
+
+def gpu_peak() -> dict[str, float]:
+    """{PEAK_METRIC: MiB} on a GPU (this process's current device), else nothing."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {PEAK_METRIC: torch.cuda.max_memory_allocated() / 2**20}
 
 
 @dataclass(frozen=True)
@@ -195,7 +209,7 @@ def _run_rank0(
         nonlocal best
         history.append(record)
         best = record["metrics"][main] if is_best else best
-        metrics = epoch_metrics(record, main, best)
+        metrics = epoch_metrics(record, main, best) | gpu_peak()
         # Metrics before the checkpoint: a kill in between re-logs the same values after the exact resume.
         log_metrics(client, run_id, metrics, step=record["epoch"])
         if is_best:
@@ -270,7 +284,12 @@ def train_trial(
     set_tags(
         client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
     )
+    if resources.get("GPU"):  # what this start holds, for the pool page (service/dashboard/memory.py)
+        held = {"gpu_fraction": resources["GPU"], "gpu_memory_reserved_mb": resources.get("gpu_memory_mb")}
+        log_metrics(client, run.info.run_id, {k: float(v) for k, v in held.items() if v}, step=0)
     _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # a reused actor ran trials before
+        torch.cuda.reset_peak_memory_stats()
     with system_metrics(run.info.run_id, context.target.tracking_uri, context.system_metrics_interval):
         try:
             if plan is not None:
@@ -288,6 +307,8 @@ def train_trial(
                 run_trial(trial.config, client, run, restored, data=data)
         except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
             error_class, message = diagnose(err)  # here, where the process's own state can still tell
+            if error_class == "oom" and (peak := gpu_peak()):  # what it held when an allocation failed
+                log_metrics(client, run.info.run_id, {OOM_PEAK_METRIC: peak[PEAK_METRIC]}, step=0)
             set_tags(
                 client,
                 run.info.run_id,

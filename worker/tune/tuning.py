@@ -5,12 +5,20 @@ deduplicated grid (JobSpec.trials, equivalent cells once) goes in as one `grid_s
 configs; random axes are Tune domains under `sampled`, drawn per trial and merged by `resolve_trial`.
 Paths are made absolute here, because a trial runs in its own working directory (and maybe on another
 node, where the same absolute path must exist).
+
+Resources (docs/memory_packing.md): a trial with GPUs asks Ray for `{"GPU": fraction, "gpu_memory_mb": mb}`:
+mb is the spec's `resources.gpu_memory_mb` (the control plane's estimate, pinned at submission), the
+fraction at least mb's share of the smallest GPU the nodes advertise (JobSpec.Resources.packed_gpus), so
+Ray's per-GPU fraction accounting packs trials by memory. A trial that runs out of memory is retried (one
+of the job's `limits.max_retries`) alone: `AloneAfterOom` turns its request into a whole GPU (a CPU trial:
+a whole node's CPUs) before Tune starts it again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray import tune
@@ -18,6 +26,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+from worker.contract.errors import classify
 from worker.contract.grid import ResolvedTrial, resolve
 from worker.contract.multitask import PLAN_KEY
 from worker.contract.search import Axis
@@ -26,6 +35,9 @@ from worker.contract.spec import JobSpec
 from worker.contract.tags import State
 from worker.tune.settings import Settings
 
+logger = logging.getLogger(__name__)
+# The Ray custom resource: MiB of accelerator memory; a node advertises its GPUs' total.
+GPU_MEMORY = "gpu_memory_mb"
 METRIC, MODE = "score", "max"  # Tune optimises the main metric of the trial's task, reported as "score"
 TIME_ATTR = "epoch"  # ASHA's clock; survives restores, unlike training_iteration
 # Checkpoints kept per trial, the newest ones. Not ranked by score: the best model lives in MLflow, and a
@@ -177,8 +189,58 @@ def run_config(
     )
 
 
-def resources(spec: JobSpec) -> dict[str, float]:
+def gpu_memory_per_gpu(nodes: Iterable[Mapping[str, Any]]) -> float | None:
+    """MiB of the smallest GPU among the live nodes (`ray.nodes()` rows) that advertise GPU_MEMORY (their
+    GPUs' total / their GPUs); None when none does: trials are then packed by the spec's fraction alone."""
+    sizes = [
+        float(res[GPU_MEMORY]) / float(res["GPU"])
+        for node in nodes
+        if node.get("Alive", True) and (res := node.get("Resources", {})).get("GPU") and res.get(GPU_MEMORY)
+    ]
+    return min(sizes, default=None)
+
+
+def node_cpus(nodes: Iterable[Mapping[str, Any]], at_least: float) -> float:
+    """The CPUs of the smallest live node with at least `at_least`: what `alone` asks a CPU trial for."""
+    sizes = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive", True)]
+    return min((c for c in sizes if c >= at_least), default=at_least)
+
+
+def resources(spec: JobSpec, per_gpu_mb: float | None = None) -> dict[str, float]:
+    """A trial's request: its CPUs, its GPUs packed by memory on GPUs of `per_gpu_mb` MiB, and the memory
+    itself (per GPU it uses; a whole GPU reserves all of its memory) where the cluster advertises it."""
     out = {"cpu": spec.resources.cpus}
     if spec.resources.gpus:
-        out["gpu"] = spec.resources.gpus
+        out["gpu"] = spec.resources.packed_gpus(per_gpu_mb)
+        mb = spec.resources.gpu_memory_mb
+        if mb and per_gpu_mb:
+            out[GPU_MEMORY] = math.floor(per_gpu_mb) * out["gpu"] if out["gpu"] >= 1 else math.ceil(mb)
     return out
+
+
+def alone(spec: JobSpec, per_gpu_mb: float | None, cpus_of_a_node: float) -> dict[str, float]:
+    """The request of a trial retried after running out of memory: whole GPUs (at least one) with all their
+    memory, or for a CPU trial (the host's memory ran out) the CPUs of a whole node."""
+    if not spec.resources.gpus:
+        return {"cpu": max(spec.resources.cpus, cpus_of_a_node)}
+    out = {"cpu": spec.resources.cpus, "gpu": float(max(1, math.ceil(spec.resources.gpus)))}
+    if spec.resources.gpu_memory_mb and per_gpu_mb:
+        out[GPU_MEMORY] = math.floor(per_gpu_mb) * out["gpu"]
+    return out
+
+
+class AloneAfterOom(tune.Callback):
+    """A trial that failed with class `oom` and is about to be retried gets the `alone` request, and keeps
+    it. Tune calls this after it requeued the trial (PENDING), when its resources may change. Plain data:
+    Tune pickles callbacks into its experiment state."""
+
+    def __init__(self, request: Mapping[str, float]) -> None:
+        self.request = dict(request)
+
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        from worker.tune.callbacks import trial_error  # callbacks imports this module
+
+        if classify(*trial_error(trial)) != "oom":
+            return
+        logger.warning("trial %s ran out of memory: retried alone with %s", trial.trial_id, self.request)
+        trial.update_resources(self.request)
