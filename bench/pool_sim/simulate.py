@@ -8,6 +8,13 @@ counts it); its trials start, up to its concurrency, wherever `Cluster` can plac
 once, on every event). `policy="fifo"` runs the same code with every job in one team at priority 0:
 first come, first served. `release_tail=False` keeps a job's whole footprint reserved to its last trial,
 as the service did before it counted finished trials (`service.pool.left_to_run`).
+
+Overheads of a real control plane and Ray cluster (bench/pool_replay measures them; all 0 by default):
+`start_delay_s` from admission until a job's trials may start (the Ray job's driver starting up),
+`trial_overhead_s` added to every trial's duration (a slot's turnover: the next trial starts that long
+after the previous one ended), `end_delay_s` from a job's last trial ending until the job leaves the pool
+(the driver finishing and the engine noticing; meanwhile the job reserves one trial, as the service does).
+`ray_scorer=True` places trials as Ray does (`Cluster`), each asking `trial_cpus` of its node's `node_cpus`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ class Active:
     footprint: float  # GPUs reserved
     pending: list[float]  # durations of trials not started, next last
     running: int = 0
+    ready_at: float = 0.0  # its trials may start from then on (start_delay_s after admission)
 
 
 @dataclass
@@ -47,6 +55,8 @@ class Trace:
     queue_lengths: list[int] = field(default_factory=list)
     end: float = 0.0
     busy_series: list[tuple[float, float, int]] = field(default_factory=list)  # (t, busy GPUs, queued jobs)
+    trials: list[tuple[str, float, float]] = field(default_factory=list)  # (job id, start s, duration s)
+    finished: dict[str, float] = field(default_factory=dict)  # job id -> when it left the pool
 
 
 def run(
@@ -61,8 +71,14 @@ def run(
     sample_every: float = 600.0,
     release_tail: bool = True,
     window_s: float = 7 * 24 * 3600.0,
+    start_delay_s: float = 0.0,
+    trial_overhead_s: float = 0.0,
+    end_delay_s: float = 0.0,
+    ray_scorer: bool = False,
+    node_cpus: float = 0.0,
+    trial_cpus: float = 0.0,
 ) -> Trace:
-    cluster = Cluster(nodes, gpus_per_node)
+    cluster = Cluster(nodes, gpus_per_node, ray_scorer=ray_scorer, node_cpus=node_cpus)
     capacity = Resources(0.0, float(cluster.gpus))
     trace = Trace(cluster.gpus, window_s=window_s)
     queued_rows: dict[str, QueuedJob] = {}  # a queued job's row never changes: built once
@@ -71,6 +87,7 @@ def run(
     active: dict[str, Active] = {}
     order: list[str] = []  # admission order: Ray serves pending trials first come, first served
     ends: list[tuple[float, int, str, float, Where]] = []  # (time, seq, job id, gpus, where)
+    wakes: list[tuple[float, str]] = []  # (time, job id): a job's trials may start, or it leaves the pool
     seq, now, last_round, busy, next_sample = 0, 0.0, -1e18, 0.0, 0.0
     dirty = False  # something changed since the last round: without a change a round decides the same
 
@@ -91,11 +108,12 @@ def run(
         nonlocal seq, busy
         for job_id in order:
             a = active[job_id]
-            while a.pending and a.running < a.footprint / a.job.gpus_per_trial - 1e-9:
-                where = cluster.place(a.job.gpus_per_trial)
+            while a.pending and a.ready_at <= now and a.running < a.footprint / a.job.gpus_per_trial - 1e-9:
+                where = cluster.place(a.job.gpus_per_trial, trial_cpus)
                 if where is None:
                     break
-                duration = a.pending.pop()
+                duration = a.pending.pop() + trial_overhead_s
+                trace.trials.append((job_id, now, duration))
                 a.running += 1
                 busy += a.job.gpus_per_trial
                 seq += 1
@@ -146,14 +164,25 @@ def run(
             job = queued.pop(job_id)
             queued_rows.pop(job_id, None)
             trace.waits[job_id] = now - job.arrival
-            active[job_id] = Active(job, footprints[job_id], list(reversed(job.durations)))
+            active[job_id] = Active(
+                job, footprints[job_id], list(reversed(job.durations)), ready_at=now + start_delay_s
+            )
             order.append(job_id)
+            if start_delay_s > 0:
+                heapq.heappush(wakes, (now + start_delay_s, job_id))
 
-    while arrivals or ends or queued:
+    def leave(job_id: str) -> None:
+        nonlocal dirty
+        dirty = True
+        del active[job_id]
+        order.remove(job_id)
+        trace.finished[job_id] = now
+
+    while arrivals or ends or queued or wakes:
         next_arrival = arrivals[-1].arrival if arrivals else float("inf")
         next_end = ends[0][0] if ends else float("inf")
         next_round = max(last_round + round_s, now) if queued and dirty else float("inf")
-        to = min(next_arrival, next_end, next_round)
+        to = min(next_arrival, next_end, next_round, wakes[0][0] if wakes else float("inf"))
         advance(to)
         while next_sample <= now:
             trace.busy_series.append((next_sample, busy, len(queued)))
@@ -164,15 +193,21 @@ def run(
             dirty = True
         while ends and ends[0][0] <= now:
             _, _, job_id, gpus, where = heapq.heappop(ends)
-            cluster.release(gpus, where)
+            cluster.release(gpus, where, trial_cpus)
             busy -= gpus
             a = active[job_id]
             a.running -= 1
             dirty = dirty or release_tail
             if not a.pending and a.running == 0:
-                dirty = True
-                del active[job_id]
-                order.remove(job_id)
+                if end_delay_s > 0:
+                    heapq.heappush(wakes, (now + end_delay_s, job_id))
+                else:
+                    leave(job_id)
+        while wakes and wakes[0][0] <= now:
+            _, job_id = heapq.heappop(wakes)
+            a = active[job_id]
+            if not a.pending and a.running == 0 and a.ready_at <= now:
+                leave(job_id)
         if queued and dirty and now - last_round >= round_s - 1e-9:
             schedule()
             last_round, dirty = now, False
