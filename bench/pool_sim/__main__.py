@@ -23,6 +23,8 @@ VARIANTS = (
     ("fair share", {"policy": "fair"}),
     ("FIFO", {"policy": "fifo"}),
     ("fair share, whole footprint to the last trial", {"policy": "fair", "release_tail": False}),
+    # Ray's own placement rule (the emptiest node; bench/pool_replay measured it on a real cluster)
+    ("fair share, Ray's placement", {"policy": "fair", "ray_scorer": True}),
 )
 
 
