@@ -30,7 +30,7 @@ def test_a_dry_run_returns_the_plan_and_creates_nothing(client: TestClient, team
     assert plan["dry_run"] is True and plan["trials"] == 2 and plan["unit"] == "cpu-hours"
     group = plan["groups"][0]
     assert (group["train_examples"], group["eval_examples"]) == (32, 16)
-    assert group["calibration"]["fallback"] == "nearest max_seq_length 64"
+    assert group["calibration"]["fallback"] == "nearest max_seq_length 64, scaled x0.50 by length"
     assert "bench/results/step.json" in group["calibration"]["entry"]["source"]
     assert plan["device_hours"] > 0 and plan["wall_hours"] > 0
     assert plan["budget"] == {**plan["budget"], "budget": None, "fits": True, "used": 0.0}
