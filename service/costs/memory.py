@@ -34,8 +34,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.costs.refresh import memory_peaks
+from worker.contract.resources import Resources
 from worker.contract.sources import MODEL_ALIASES, SourceError, classify
-from worker.contract.spec import JobSpec, Resources
+from worker.contract.spec import JobSpec
 
 DEFAULT_PATH = Path(__file__).with_name("memory.json")
 ALLOCATOR_RESERVE = 1.2  # reserved / allocated of torch's caching allocator at a trial's peak
