@@ -79,7 +79,9 @@ def _compose_api_env() -> dict[str, Any]:
     return dict(environment)
 
 
-def _api_env(stack_urls: dict[str, str], data_dir: Path, port: int) -> dict[str, str]:
+def _api_env(
+    stack_urls: dict[str, str], data_dir: Path, port: int, store_env: dict[str, str]
+) -> dict[str, str]:
     """The compose file's `api` variables, each given its native value; a variable the compose file adds
     without a native value here fails the test (KeyError), so the two cannot drift apart."""
     native = {
@@ -106,6 +108,8 @@ def _api_env(stack_urls: dict[str, str], data_dir: Path, port: int) -> dict[str,
         "SMARTUNE_METRICS_TOKEN": METRICS_TOKEN,
         "SMARTUNE_DASHBOARD_SECRET": "stack-dashboard-secret-0123456789abcdef",
         "SMARTUNE_LOG_FORMAT": "json",
+        "SMARTUNE_DATASET_STORE": "s3://smartune/datasets",  # uploads, in the stack's S3 (moto for MinIO)
+        **{k: v for k, v in store_env.items() if k.startswith("AWS_")},
     }
     return {name: native[name] for name in _compose_api_env()}
 
@@ -138,7 +142,7 @@ def stack(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, glue_dir
         data_dir = tmp / "data"
         urls = {"database": job_db, "ray": head.address, "mlflow": mlflow.url}
         env = {k: v for k, v in base_env().items() if not k.startswith(("SMARTUNE_", "MLFLOW_", "AWS_"))}
-        env |= _api_env(urls, data_dir, port) | {
+        env |= _api_env(urls, data_dir, port, store.env) | {
             "SMARTUNE_ENTRYPOINT_PYTHON": sys.executable,
             "SMARTUNE_GLUE_DIR": str(glue_dir),
             "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",
