@@ -252,6 +252,8 @@ def test_tf32_on_cuda_is_an_arithmetic_the_paper_perturbation_does_not_survive()
         assert step_arithmetic(torch.device("cpu")) is None  # CPU matmuls stay fp32 at "high"
         assert needs_fp32(paper, TF32, 16, 96)
         assert not needs_fp32(method_config("smart", epsilon=0.05, sigma=0.05), TF32, 16, 96)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's dtype comes first, TF32 or not
+            assert step_arithmetic(torch.device("cpu")) == torch.bfloat16
         torch.set_float32_matmul_precision("highest")
         assert step_arithmetic(torch.device("cuda")) is None
     finally:
