@@ -96,6 +96,7 @@ def create_job(
     n_trials: int,
     idempotency_key: str | None,
     plan: dict[str, Any] | None = None,
+    request_hash: str | None = None,
 ) -> Job:
     """Queue a validated spec with its plan (service.costs.estimate); its priority is the team's default
     unless the spec sets one."""
@@ -109,6 +110,7 @@ def create_job(
         spec_json=spec.canonical_json(),
         spec_hash=spec.spec_hash(),
         idempotency_key=idempotency_key,
+        request_hash=request_hash,
         n_trials=n_trials,
         cpus_per_trial=spec.resources.cpus,
         gpus_per_trial=spec.resources.gpus,

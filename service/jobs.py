@@ -27,8 +27,12 @@ from worker.contract.spec import JobSpec
 logger = logging.getLogger(__name__)
 
 
-def _replay(job: Job, spec_hash: str) -> Job:
-    if job.spec_hash != spec_hash:
+def _replay(job: Job, request_hash: str) -> Job:
+    """The earlier job of an Idempotency-Key, if its spec is the one sent again. Compared as sent, before
+    pinning: a dataset version published or a memory estimate refreshed in between changes the pinned spec,
+    not the request. The stored (pinned) spec matches too: jobs stored before `request_hash` existed, or a
+    client sending back the spec it was shown."""
+    if request_hash not in (job.request_hash, job.spec_hash):
         raise ApiError(
             409,
             f"Idempotency-Key was used for job {job.id} with a different spec",
@@ -54,12 +58,12 @@ def submit_job(
     capacity: Resources | None = None,
 ) -> tuple[Job, bool]:
     """Queue `spec` for `team`; return the job and whether it is an earlier submission replayed."""
-    spec = _pinned(session, settings, team, spec)
-    spec_hash = spec.spec_hash()
+    request_hash = spec.spec_hash()  # as sent: what a replay of this request is compared with
     if idempotency_key is not None:
         earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
         if earlier is not None:
-            return _replay(earlier, spec_hash), True
+            return _replay(earlier, request_hash), True
+    spec = _pinned(session, settings, team, spec)
     n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
     plan["budget"] = budget.check(session, team, settings, plan)  # 409 with the numbers when it does not fit
@@ -78,6 +82,7 @@ def submit_job(
             n_trials=n_trials,
             idempotency_key=idempotency_key,
             plan=plan,
+            request_hash=request_hash,
         )
         session.commit()
     except IntegrityError:  # a concurrent request with the same key won the race
@@ -87,7 +92,7 @@ def submit_job(
         earlier = crud.get_job_by_idempotency_key(session=session, team_id=team.id, key=idempotency_key)
         if earlier is None:
             raise
-        return _replay(earlier, spec_hash), True
+        return _replay(earlier, request_hash), True
     return job, False
 
 

@@ -108,6 +108,9 @@ class Job(Base):
     spec_json: Mapped[str] = mapped_column(Text)  # the canonical JSON the driver receives
     spec_hash: Mapped[str] = mapped_column(String(64), index=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    # The spec's hash as the client sent it, before pinning (service.jobs): an Idempotency-Key replay is
+    # compared with it. None on jobs submitted before it was kept (their spec_hash is compared instead).
+    request_hash: Mapped[str | None] = mapped_column(String(64))
     n_trials: Mapped[int] = mapped_column(Integer)
     cpus_per_trial: Mapped[float] = mapped_column(Float)
     gpus_per_trial: Mapped[float] = mapped_column(Float)

@@ -125,3 +125,23 @@ def test_a_gpu_submission_is_stored_with_its_memory_estimate_and_packed_fraction
     with db.write_sessions() as session:
         kept = json.loads(session.get(Job, given).spec_json)["resources"]
     assert (kept["gpus"], kept["gpu_memory_mb"]) == (0.5, 1000)  # a stated figure and a larger fraction stay
+
+
+def test_an_idempotent_replay_is_the_same_job_after_its_pin_changed(
+    client: TestClient, db: Database, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pinned spec depends on the deployment's GPU (and its memory table, its datasets); the request
+    does not. A client retrying after such a change gets its job back, not a 409."""
+    key = make_team(db, "retry", gpu_quota=4.0)
+    body = spec(model="minilm-l6", method="smart", resources={"cpus": 1, "gpus": 0.0625},
+                training={"batch_size": 32, "max_seq_length": 512})  # fmt: skip
+    headers = {**auth(key), "Idempotency-Key": "retry-1"}
+    first = client.post("/api/v1/jobs", json=body, headers=headers)
+    monkeypatch.setattr(
+        settings, "gpu_kind", "NVIDIA H100 80GB HBM3"
+    )  # now pins gpu_memory_mb and a fraction
+    again = client.post("/api/v1/jobs", json=body, headers=headers)
+    assert first.status_code == 201 and again.status_code == 200, again.text
+    assert again.json()["id"] == first.json()["id"] and again.json()["replayed"] is True
+    other = client.post("/api/v1/jobs", json={**body, "seeds": [7]}, headers=headers)
+    assert other.status_code == 409 and "different spec" in other.text  # a different request still is
