@@ -78,6 +78,11 @@ class Settings(BaseSettings):
         "workers run with HF_HUB_OFFLINE=1",
     )
     # Uploaded datasets (service.datasets, docs/datasets.md).
+    trial_placement: Literal["best-fit", "ray"] = Field(
+        "best-fit",
+        description="where Ray puts a job's GPU trials: best-fit hints each on the fullest node that fits it, so "
+        "fractions pack and whole GPUs stay free (docs/pool_at_scale.md); ray leaves Ray's rule (the emptiest node)",
+    )
     dataset_store: str | None = Field(
         None,
         description="where uploaded datasets are kept, content-addressed: a local folder, or s3://bucket/prefix "

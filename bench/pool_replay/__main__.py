@@ -2,7 +2,8 @@
 simulation, and compare their waits.
 
     python -m bench.pool_replay [--seed 0] [--jobs 20] [--teams 4] [--nodes 3] [--gpus-per-node 2]
-                                [--load 1.3] [--sleep 15:45] [--interval 2] [--out bench/results/pool_replay.json]
+                                [--load 1.3] [--sleep 15:45] [--interval 2] [--placement best-fit|ray]
+                                [--out bench/results/pool_replay.json]
 
 Takes about 10 minutes on a 2-core machine (the workload's arrivals plus its drain, and a minute to start the
 cluster). Writes the JSON (the workload, every job's times on both paths, the overheads, the table, the
@@ -41,13 +42,19 @@ def run(
     timeout_s: float = 1800.0,
     fixed_overheads: dict[str, Any] | None = None,
     overheads_from: str | None = None,
+    placement: str = "best-fit",
 ) -> dict[str, Any]:
     """The whole comparison; every process it starts is stopped before it returns or raises."""
     teams, jobs = workload.draw(params)
     cpus = cpus_per_node or max(2, int(gpus_per_node / min(g for g, _ in workload.GPUS)))  # never the limit
     started = time.monotonic()
     with cluster.stack(
-        teams, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus, interval_s=interval_s
+        teams,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        cpus_per_node=cpus,
+        interval_s=interval_s,
+        placement=placement,
     ) as s:
         setup_s = time.monotonic() - started
         log(
@@ -69,6 +76,7 @@ def run(
             "gpus_per_node": gpus_per_node,
             "cpus_per_node": cpus,
             "ray": "ray start --block per node, token auth, logical GPUs",
+            "placement": placement,  # SMARTUNE_TRIAL_PLACEMENT (worker.tune.placement)
         },  # fmt: skip
         "engine_interval_s": interval_s,
         "policy": "weighted fair share (service.scheduler.plan), no quota or job cap binding",
@@ -115,7 +123,19 @@ def analyse(
         "no overheads, best fit": compare.simulated(teams, sim_jobs, **shape),
         "overheads, best fit": compare.simulated(teams, sim_jobs, **shape, over=over),
     }
-    modelled = compare.simulated(teams, sim_jobs, **shape, over=over, node_cpus=float(c["cpus_per_node"]))
+    # Runs recorded before the worker's best-fit hints existed were placed by Ray's own rule.
+    hinted = c.get("placement", "ray") == "best-fit"
+    modelled = compare.simulated(teams, sim_jobs, **shape, over=over, node_cpus=float(c["cpus_per_node"]),
+                                 node_fit=hinted)  # fmt: skip
+    other_rule = "Ray's placement" if hinted else "best-fit hints"  # the rule this run did not use
+    variants["overheads, " + other_rule] = compare.simulated(
+        teams, sim_jobs, **shape, over=over, node_cpus=float(c["cpus_per_node"]), node_fit=not hinted
+    )
+    if not fixed_overheads and "start_delay_by_job_s" in measured:  # in sample: each job's own start delay
+        variants["overheads per job, " + ("best-fit hints" if hinted else "Ray's placement")] = compare.simulated(
+            teams, sim_jobs, **shape, over=over, node_cpus=float(c["cpus_per_node"]), node_fit=hinted,
+            per_job_start=True,
+        )  # fmt: skip
     summary = compare.summarise(modelled, gpus)
     rows = compare.table(real_summary, summary)
     return {
@@ -123,7 +143,7 @@ def analyse(
         "overheads": over,
         "real": {"summary": real_summary, "jobs": [asdict(r) for r in records], "t0_epoch_s": t0},
         "sim": {
-            "variant": "overheads, Ray's placement",
+            "variant": "overheads, best-fit hints" if hinted else "overheads, Ray's placement",
             "summary": summary,
             "jobs": [asdict(r) for r in modelled],
         },
@@ -177,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overheads-from", metavar="JSON", help="simulate with the overheads an earlier replay measured"
     )
+    parser.add_argument(
+        "--placement",
+        choices=("best-fit", "ray"),
+        default="best-fit",
+        help="SMARTUNE_TRIAL_PLACEMENT of the drivers",
+    )
     args = parser.parse_args(argv)
     if args.reanalyse:
         result = reanalyse(Path(args.reanalyse))
@@ -189,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                              pool_gpus=float(args.nodes * args.gpus_per_node), sleep_min_s=low, sleep_max_s=high)  # fmt: skip
     fixed = json.loads(Path(args.overheads_from).read_text())["overheads"] if args.overheads_from else None
     result = run(params, nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval_s=args.interval,
-                 fixed_overheads=fixed, overheads_from=args.overheads_from)  # fmt: skip
+                 fixed_overheads=fixed, overheads_from=args.overheads_from, placement=args.placement)  # fmt: skip
     print_table(result)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

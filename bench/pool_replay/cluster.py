@@ -130,6 +130,7 @@ def stack(
     cpus_per_node: int,
     interval_s: float,
     head_cpus: int = 1,
+    placement: str = "best-fit",
 ) -> Iterator[Stack]:
     """The whole real path, up and ready (every GPU joined, teams created); stopped on leaving, always."""
     s = Stack()
@@ -144,6 +145,7 @@ def stack(
             SMARTUNE_SCHEDULER_INTERVAL_S=f"{interval_s:g}",
             SMARTUNE_CAPACITY_TTL_S="10",
             SMARTUNE_BOOTSTRAP_ADMIN="false",
+            SMARTUNE_TRIAL_PLACEMENT=placement,  # passed on to every driver (service.dispatch)
         ).start()
         s.keys = create_teams(s.server, teams)
         time.sleep(max(2.0, interval_s))  # the engine's first rounds: reconciled, capacity read

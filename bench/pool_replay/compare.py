@@ -56,9 +56,10 @@ def turnovers(job: JobTimes, concurrent: int) -> list[float]:
 def overheads(records: list[JobTimes], jobs: list[Job]) -> dict[str, Any]:
     by_id = {j.id: j for j in jobs}
     done = [r for r in records if r.state == "SUCCEEDED" and r.sleeps and r.admitted is not None]
-    starts = [
-        r.first_start - r.admitted for r in done if r.first_start is not None and r.admitted is not None
-    ]
+    by_job = {
+        r.id: r.first_start - r.admitted for r in done if r.first_start is not None and r.admitted is not None
+    }
+    starts = list(by_job.values())
     ends = [r.finished - max(e for _, e in r.sleeps) for r in done if r.finished is not None]
     hand = [g for r in done for g in turnovers(r, by_id[r.id].max_concurrent)]
     mean = lambda xs: statistics.fmean(xs) if xs else 0.0  # noqa: E731
@@ -70,6 +71,7 @@ def overheads(records: list[JobTimes], jobs: list[Job]) -> dict[str, Any]:
         "trial_overhead_p50_p95_s": [pct(hand, 0.5), pct(hand, 0.95)],
         "end_delay_p50_p95_s": [pct(ends, 0.5), pct(ends, 0.95)],
         "samples": {"jobs": len(done), "hand_overs": len(hand)},
+        "start_delay_by_job_s": by_job,  # each job's own: the simulation may take them one by one
     }
 
 
@@ -82,17 +84,22 @@ def simulated(
     round_s: float,
     over: dict[str, Any] | None = None,
     node_cpus: float | None = None,
+    node_fit: bool = False,
+    per_job_start: bool = False,
 ) -> list[JobTimes]:
     """The jobs (arrivals = the real submissions, durations = the sleeps in the driver's order) through
-    bench/pool_sim, with the measured overheads when `over` is given, and trials placed by Ray's scorer
-    (each asking 1 CPU of `node_cpus`) when `node_cpus` is given; weighted fair share, no job caps."""
+    bench/pool_sim, with the measured overheads when `over` is given, and trials placed node by node (each
+    asking 1 CPU of `node_cpus`) when `node_cpus` is given: by Ray's scorer, or with `node_fit` by the
+    worker's best-fit hint; weighted fair share, no job caps. `per_job_start` gives each job the start delay
+    it had on the real path (in sample only: `over` must have been measured on these jobs)."""
     over = over or {}
     trial_over = float(over.get("trial_overhead_s", 0.0))
     trace = simulate.run(
         teams, sorted(jobs, key=lambda j: (j.arrival, j.id)), nodes=nodes, gpus_per_node=gpus_per_node,
-        round_s=round_s, window_s=float("inf"), start_delay_s=float(over.get("start_delay_s", 0.0)),
+        round_s=round_s, window_s=float("inf"), start_delay_s=over["start_delay_by_job_s"] if per_job_start else float(over.get("start_delay_s", 0.0)),
         trial_overhead_s=trial_over, end_delay_s=max(0.0, float(over.get("end_delay_s", 0.0)) - trial_over),
-        ray_scorer=node_cpus is not None, node_cpus=node_cpus or 0.0, trial_cpus=1.0 if node_cpus else 0.0,
+        ray_scorer=node_cpus is not None and not node_fit, node_fit=node_cpus is not None and node_fit,
+        node_cpus=node_cpus or 0.0, trial_cpus=1.0 if node_cpus else 0.0,
     )  # fmt: skip
     starts: dict[str, list[float]] = {}
     for job_id, start, _ in trace.trials:

@@ -119,6 +119,7 @@ def run(spec: Any, job_id: str, attempt: int) -> dict[str, Any]:
     from ray import tune
 
     from bench.pool_replay.sleeper import sleep_trial
+    from worker.tune.placement import trial_resources
     from worker.tune.settings import Settings
     from worker.tune.tracking import TrackingTarget, ensure_experiment, open_parent
 
@@ -137,7 +138,8 @@ def run(spec: Any, job_id: str, attempt: int) -> dict[str, Any]:
         ray.init(
             address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False
         )
-    trainable = tune.with_resources(sleep_trial, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+    request = {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+    trainable = tune.with_resources(sleep_trial, trial_resources(request, settings.placement))
     tuner = tune.Tuner(
         trainable,
         param_space={"trial": tune.grid_search(plan)},

@@ -25,6 +25,8 @@ VARIANTS = (
     ("fair share, whole footprint to the last trial", {"policy": "fair", "release_tail": False}),
     # Ray's own placement rule (the emptiest node; bench/pool_replay measured it on a real cluster)
     ("fair share, Ray's placement", {"policy": "fair", "ray_scorer": True}),
+    # the worker's default: each GPU trial hinted to the fullest node that fits (worker.tune.placement)
+    ("fair share, best-fit hints", {"policy": "fair", "node_fit": True}),
 )
 
 

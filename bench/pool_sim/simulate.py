@@ -10,17 +10,20 @@ first come, first served. `release_tail=False` keeps a job's whole footprint res
 as the service did before it counted finished trials (`service.pool.left_to_run`).
 
 Overheads of a real control plane and Ray cluster (bench/pool_replay measures them; all 0 by default):
-`start_delay_s` from admission until a job's trials may start (the Ray job's driver starting up),
+`start_delay_s` from admission until a job's trials may start (the Ray job's driver starting up; one
+figure for every job, or a mapping from job id to that job's own, the mean of them for a job it lacks),
 `trial_overhead_s` added to every trial's duration (a slot's turnover: the next trial starts that long
 after the previous one ended), `end_delay_s` from a job's last trial ending until the job leaves the pool
 (the driver finishing and the engine noticing; meanwhile the job reserves one trial, as the service does).
-`ray_scorer=True` places trials as Ray does (`Cluster`), each asking `trial_cpus` of its node's `node_cpus`.
+`ray_scorer=True` places trials as Ray does (`Cluster`), `node_fit=True` as the worker's best-fit hint does,
+each asking `trial_cpus` of its node's `node_cpus`.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -71,14 +74,25 @@ def run(
     sample_every: float = 600.0,
     release_tail: bool = True,
     window_s: float = 7 * 24 * 3600.0,
-    start_delay_s: float = 0.0,
+    start_delay_s: float | Mapping[str, float] = 0.0,
     trial_overhead_s: float = 0.0,
     end_delay_s: float = 0.0,
     ray_scorer: bool = False,
+    node_fit: bool = False,
     node_cpus: float = 0.0,
     trial_cpus: float = 0.0,
 ) -> Trace:
-    cluster = Cluster(nodes, gpus_per_node, ray_scorer=ray_scorer, node_cpus=node_cpus)
+    delays = start_delay_s if isinstance(start_delay_s, Mapping) else {}
+    default_delay = (
+        (sum(delays.values()) / len(delays) if delays else 0.0)
+        if isinstance(start_delay_s, Mapping)
+        else start_delay_s
+    )
+
+    def delay_of(job_id: str) -> float:
+        return float(delays.get(job_id, default_delay))
+
+    cluster = Cluster(nodes, gpus_per_node, ray_scorer=ray_scorer, node_fit=node_fit, node_cpus=node_cpus)
     capacity = Resources(0.0, float(cluster.gpus))
     trace = Trace(cluster.gpus, window_s=window_s)
     queued_rows: dict[str, QueuedJob] = {}  # a queued job's row never changes: built once
@@ -164,12 +178,13 @@ def run(
             job = queued.pop(job_id)
             queued_rows.pop(job_id, None)
             trace.waits[job_id] = now - job.arrival
+            delay = delay_of(job_id)
             active[job_id] = Active(
-                job, footprints[job_id], list(reversed(job.durations)), ready_at=now + start_delay_s
+                job, footprints[job_id], list(reversed(job.durations)), ready_at=now + delay
             )
             order.append(job_id)
-            if start_delay_s > 0:
-                heapq.heappush(wakes, (now + start_delay_s, job_id))
+            if delay > 0:
+                heapq.heappush(wakes, (now + delay, job_id))
 
     def leave(job_id: str) -> None:
         nonlocal dirty

@@ -89,6 +89,11 @@ def test_the_simulation_models_start_trial_and_end_overheads() -> None:
     assert slow["j1"].sleeps == [(5.0, 15.0), (16.0, 26.0)]  # a hand-over of 1 s
     assert slow["j1"].finished == pytest.approx(26.0 + 4.0)  # end delay counted from the last sleep's end
     assert slow["j2"].admitted == pytest.approx(30.0) and slow["j2"].first_start == pytest.approx(35.0)
+    own = {**over, "start_delay_by_job_s": {"j1": 2.0, "j2": 8.0}}  # each job's measured start delay
+    each = {r.id: r for r in compare.simulated(teams, jobs, nodes=1, gpus_per_node=1, round_s=2.0, over=own,
+                                               per_job_start=True)}  # fmt: skip
+    assert each["j1"].first_start == pytest.approx(2.0)
+    assert each["j2"].first_start == pytest.approx(each["j2"].admitted + 8.0)  # type: ignore[operator]
 
 
 def test_the_sleeping_driver_records_trials_the_way_the_service_reads_them(tmp_path: Path) -> None:
@@ -130,3 +135,15 @@ def test_rays_scorer_places_a_trial_on_the_emptiest_node_and_fragments_whole_gpu
     assert best_fit.place(2.0) is not None and ray.place(2.0, 1.0) is None  # no node keeps 2 GPUs free
     ray.release(1.0, (1, (0,)), 1.0)
     assert ray.place(2.0, 1.0) == (1, (0, 1))
+
+
+def test_the_workers_best_fit_hint_fills_the_fullest_node_as_the_real_cluster_did() -> None:
+    from bench.pool_sim.cluster import Cluster
+
+    hinted = Cluster(2, 2, node_fit=True, node_cpus=4.0)
+    # four half-GPU trials on one node (bench.placement measured the same on a real two-node cluster)
+    assert [hinted.place(0.5, 0.5)[0] for _ in range(4)] == [0, 0, 0, 0]  # type: ignore[index]
+    assert hinted.place(2.0, 0.5) == (1, (0, 1))  # the other node stayed whole
+    hinted.release(0.5, (0, (0,)), 0.5)
+    assert hinted.place(0.5, 0.5) == (0, (0,))  # the freed half, not a fresh GPU
+    assert hinted.place(0.5, 0.5) is None

@@ -8,6 +8,8 @@
 | MLflow artifacts   | `SMARTUNE_MLFLOW_ARTIFACTS`  | `<data dir>/mlartifacts` (new experiments |
 |                    |                              | in a local store only; a server decides)  |
 | MLflow experiment  | `SMARTUNE_MLFLOW_EXPERIMENT` | `smartune`                                |
+| GPU trial placement| `SMARTUNE_TRIAL_PLACEMENT`   | `best-fit` (the fullest node that fits, a |
+|                    |                              | hint to Ray); `ray`: Ray's own rule       |
 
 The Tune storage path lies outside Ray's session directory so that a new Ray head can resume a sweep.
 Standard library only: no torch, no ray, no mlflow.
@@ -21,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+PLACEMENTS = ("best-fit", "ray")  # where GPU trials go: hinted best fit, or Ray's own (emptiest node)
+
 
 def _is_uri(value: str) -> bool:
     return "://" in value
@@ -33,6 +37,7 @@ class Settings:
     tracking_uri: str
     artifact_root: str | None  # artifact location of a newly created experiment; None = the store decides
     experiment: str
+    placement: str = "best-fit"  # PLACEMENTS; worker.tune.placement
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, storage_path: str | None = None) -> Settings:
@@ -46,7 +51,12 @@ class Settings:
             (data_dir / "mlartifacts").as_uri() if local_store else None
         )
         experiment = environ.get("SMARTUNE_MLFLOW_EXPERIMENT", "") or "smartune"
-        return cls(data_dir, storage, tracking, artifacts, experiment)
+        placement = environ.get("SMARTUNE_TRIAL_PLACEMENT", "") or "best-fit"
+        if placement not in PLACEMENTS:
+            raise ValueError(
+                f"SMARTUNE_TRIAL_PLACEMENT={placement!r}: expected one of {', '.join(PLACEMENTS)}"
+            )
+        return cls(data_dir, storage, tracking, artifacts, experiment, placement)
 
     def prepare(self) -> None:
         """Creates the local folders (the data dir, a local storage path); URIs are left to their store."""

@@ -41,6 +41,7 @@ from worker.training.trial_data import data_files
 from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
 from worker.tune.outcomes import collect_outcomes, main_metric_of
+from worker.tune.placement import trial_resources
 from worker.tune.progress import LiveTable
 from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
@@ -201,8 +202,9 @@ def run_sweep(
     resolver = TrialResolver(axes)
     shared = share_data(data_trials(spec, trials))  # read and tokenised once here, not once per trial
     trainable = tune.with_resources(
-        tune.with_parameters(train_trial, context=context, shared_data=shared), request
-    )
+        tune.with_parameters(train_trial, context=context, shared_data=shared),
+        trial_resources(request, settings.placement),
+    )  # GPU trials go best fit (worker.tune.placement)
     space = param_space(spec, trials)
     if resuming:
         for note in ensure_restorable(path):

@@ -1,0 +1,123 @@
+"""Where a GPU trial goes: the fullest node that still fits it (best fit), given to Ray as a soft hint.
+
+Left to itself, Ray places a Tune trial (a one-bundle placement group) on the *emptiest* node that fits
+(`LeastResourceScorer`): fractional trials spread over every node, and a trial of several whole GPUs then
+waits for a node with that many free while the pool has them in pieces. bench/pool_sim measured what that
+costs a backlogged pool (86-87% busy against 95-97% with best fit; docs/pool_at_scale.md). So each GPU trial
+names the node best fit would choose as `_soft_target_node_id` (the hint Ray Serve's compact scheduling
+uses); where that node no longer fits when the group is scheduled, Ray places it as before, so a hint can
+cost nothing but the packing. CPU trials keep Ray's rule: spreading them balances the hosts' load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.tune import PlacementGroupFactory
+
+logger = logging.getLogger(__name__)
+
+_EPS = 1e-9
+_TUNE_TO_RAY = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+
+Room = Mapping[str, Mapping[str, float]]  # node id (hex) -> resource name -> amount available now
+
+
+def bundle_of(request: Mapping[str, float]) -> dict[str, float]:
+    """Tune's request (`{"cpu", "gpu", custom...}`) as the Ray bundle it becomes; zero amounts dropped."""
+    return {_TUNE_TO_RAY.get(key, key): float(v) for key, v in request.items() if v}
+
+
+def choose_node(bundle: Mapping[str, float], room: Room) -> str | None:
+    """The node best fit picks for `bundle`: among the nodes with room for all of it, the one left with the
+    fewest GPUs, then the least of the other resources it asks for (as a fraction of what it had), then the
+    lowest id; None where no node has room now (Ray then queues the trial as usual)."""
+    best: tuple[tuple[float, float, str], str] | None = None
+    for node, free in room.items():
+        if any(free.get(name, 0.0) + _EPS < amount for name, amount in bundle.items()):
+            continue
+        gpus_left = free.get("GPU", 0.0) - bundle.get("GPU", 0.0)
+        others_left = sum(
+            (free[name] - amount) / free[name]
+            for name, amount in bundle.items()
+            if name != "GPU" and free.get(name, 0.0) > 0
+        )
+        key = (round(gpus_left, 6), others_left, node)
+        if best is None or key < best[0]:
+            best = (key, node)
+    return best[1] if best else None
+
+
+def live_room() -> dict[str, dict[str, float]]:
+    """What each live node has available now, as the GCS last heard it (Ray's developer API)."""
+    from ray._private.state import available_resources_per_node
+
+    return {node: dict(free) for node, free in available_resources_per_node().items()}
+
+
+class HintedPlacement(PlacementGroupFactory):
+    """A one-bundle request whose identity leaves out its node hint. Tune reuses a finished trial's actor
+    (and its placement group) for a trial with an *equal* request; with the hint in the identity, every
+    trial would start a new actor. A reused slot is where this job's last trial ran: packed already."""
+
+    def _identity(self) -> str:
+        return json.dumps({"bundles": self.bundles, "strategy": self.strategy}, sort_keys=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HintedPlacement):
+            return NotImplemented
+        return (
+            self._identity() == other._identity() and self.head_bundle_is_empty == other.head_bundle_is_empty
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+
+@dataclass
+class BestFit:
+    """Tune's per-trial resources (`tune.with_resources(trainable, BestFit(request))`): called once per
+    trial when Tune creates it, which under `max_concurrent_trials` is when a slot frees, so the view of the
+    cluster is current. Trials created in one burst (a sweep's first wave) would all see the same view, so
+    each hint is also remembered for `claim_ttl_s` and subtracted until the cluster's view has caught up.
+    Plain data and a module-level `room` function: Tune pickles it with the trainable."""
+
+    request: dict[str, float]
+    claim_ttl_s: float = 5.0
+    room: Callable[[], Room] = live_room
+    claims: list[tuple[float, str, dict[str, float]]] = field(default_factory=list)
+
+    def __call__(self, config: Mapping[str, Any] | None = None) -> PlacementGroupFactory:
+        bundle = bundle_of(self.request)
+        try:
+            room = self._room_less_claims()
+        except Exception as err:  # a hint is an optimisation: without a view, Ray places as it would
+            logger.warning("no view of the nodes' free resources (%s): Ray places this trial", err)
+            room = {}
+        node = choose_node(bundle, room)
+        if node is None:
+            return HintedPlacement([bundle], strategy="STRICT_PACK")
+        self.claims.append((time.monotonic(), node, bundle))
+        return HintedPlacement([bundle], strategy="STRICT_PACK", _soft_target_node_id=node)
+
+    def _room_less_claims(self) -> dict[str, dict[str, float]]:
+        now = time.monotonic()
+        self.claims = [c for c in self.claims if now - c[0] < self.claim_ttl_s]
+        room = {node: dict(free) for node, free in self.room().items()}
+        for _, node, bundle in self.claims:
+            free = room.get(node)
+            for name, amount in bundle.items():
+                if free is not None and name in free:
+                    free[name] -= amount
+        return room
+
+
+def trial_resources(request: Mapping[str, float], placement: str = "best-fit") -> dict[str, float] | BestFit:
+    """What `tune.with_resources` gets: best-fit hints for a GPU trial under `placement="best-fit"` (the
+    worker setting SMARTUNE_TRIAL_PLACEMENT), the plain request otherwise (Ray's own rule)."""
+    return BestFit(dict(request)) if request.get("gpu") and placement == "best-fit" else dict(request)
