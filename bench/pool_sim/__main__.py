@@ -27,6 +27,7 @@ VARIANTS = (
     ("fair share, Ray's placement", {"policy": "fair", "ray_scorer": True}),
     # the worker's default: each GPU trial hinted to the fullest node that fits (worker.tune.placement)
     ("fair share, best-fit hints", {"policy": "fair", "node_fit": True}),
+    ("FIFO, best-fit hints", {"policy": "fifo", "node_fit": True}),
 )
 
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 from ray.tune import PlacementGroupFactory
+
+from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -121,3 +125,19 @@ def trial_resources(request: Mapping[str, float], placement: str = "best-fit") -
     """What `tune.with_resources` gets: best-fit hints for a GPU trial under `placement="best-fit"` (the
     worker setting SMARTUNE_TRIAL_PLACEMENT), the plain request otherwise (Ray's own rule)."""
     return BestFit(dict(request)) if request.get("gpu") and placement == "best-fit" else dict(request)
+
+
+def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
+    """Refuse a trial that no node of the cluster could ever hold (unless an autoscaler may add one)."""
+    have = ray.cluster_resources()
+    need = {"CPU": spec.resources.cpus, "GPU": spec.resources.gpus}
+    if request is not None:  # the trial's request (tuning.resources): its GPUs packed by memory, the memory
+        need = {key.upper() if key in ("cpu", "gpu") else key: value for key, value in request.items()}
+    short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
+    if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
+        wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
+        raise RuntimeError(
+            f"a trial needs {wanted} but the Ray cluster has "
+            f"{', '.join(f'{have.get(k, 0.0):g} {k}' for k in short)}; set SMARTUNE_WAIT_FOR_RESOURCES=1 "
+            "to wait for an autoscaler instead"
+        )

@@ -29,19 +29,15 @@ from mlflow import MlflowClient
 from ray import tune
 
 from worker.contract.outcome import completed_trials, no_result_reason
-from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
 from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
-from worker.contract.tasks import get_task
-from worker.contract.trial import TrainConfig
 from worker.training.files import confinement_environment
-from worker.training.models import describe_model
-from worker.training.trial_data import data_files
 from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
 from worker.tune.outcomes import collect_outcomes, main_metric_of
-from worker.tune.placement import trial_resources
+from worker.tune.placement import check_resources, trial_resources
+from worker.tune.preflight import preflight
 from worker.tune.progress import LiveTable
 from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
@@ -107,34 +103,6 @@ def load_spec(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
     raise SpecError(f"no job spec: pass --spec FILE or --spec-json JSON, or set {SPEC_ENV}")
 
 
-def preflight(spec: JobSpec) -> None:
-    """Checks that need the file system or the model registry; raises SpecError naming the field."""
-    try:
-        describe_model(spec.model)
-    except ValueError as err:
-        message = str(err) if str(err).startswith("model:") else f"model: {err}"
-        raise SpecError(f"invalid job spec:\n{message}") from None
-    try:
-        source = classify(spec.data, "data") if spec.data is not None else None
-    except SourceError as err:
-        raise SpecError(f"invalid job spec:\n{err}") from None
-    if source is not None and source.kind == "local" and not source.path.exists():
-        raise SpecError(f"invalid job spec:\ndata: no such file or folder: {spec.data}")
-    one_per_task = {
-        t["task"]: t for t in reversed(data_trials(spec, trial_configs(spec, spec.resources.cpus)))
-    }
-    for trial in one_per_task.values():
-        config = TrainConfig.from_dict(trial)
-        task = get_task(config.task)
-        if config.data and Path(config.data).is_dir():
-            needed = 1 + len(task.eval_splits)  # train + every eval split
-            if len(data_files(config, task)) < needed:
-                raise SpecError(
-                    f"invalid job spec:\ndata: {config.data} has no train/{'/'.join(task.eval_splits)} files "
-                    f"for task {task.name!r}"
-                )
-
-
 def connect_ray() -> bool:
     """Ray as the contract says: `RAY_ADDRESS` if set, else the running one (tests), else a local one.
     Returns whether this process connected (and so disconnects at the end)."""
@@ -146,21 +114,6 @@ def connect_ray() -> bool:
     else:  # "local": start one even when a `ray start` cluster runs on this machine (only RAY_ADDRESS joins)
         ray.init(address="local", include_dashboard=False)
     return True
-
-
-def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
-    have = ray.cluster_resources()
-    need = {"CPU": spec.resources.cpus, "GPU": spec.resources.gpus}
-    if request is not None:  # the trial's request (tuning.resources): its GPUs packed by memory, the memory
-        need = {key.upper() if key in ("cpu", "gpu") else key: value for key, value in request.items()}
-    short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
-    if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
-        wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
-        raise RuntimeError(
-            f"a trial needs {wanted} but the Ray cluster has "
-            f"{', '.join(f'{have.get(k, 0.0):g} {k}' for k in short)}; set SMARTUNE_WAIT_FOR_RESOURCES=1 "
-            "to wait for an autoscaler instead"
-        )
 
 
 def run_sweep(

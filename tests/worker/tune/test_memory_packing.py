@@ -17,6 +17,7 @@ from ray import cloudpickle, tune
 from worker.contract.errors import classify
 from worker.contract.spec import JobSpec
 from worker.tune import sweep
+from worker.tune.placement import check_resources
 from worker.tune.trainable import gpu_peak
 from worker.tune.tuning import (
     GPU_MEMORY,
@@ -85,9 +86,9 @@ def test_the_driver_checks_the_packed_request(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("SMARTUNE_WAIT_FOR_RESOURCES", raising=False)
     monkeypatch.setattr(sweep.ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 1.0})
     spec = _spec(gpus=0.25, gpu_memory_mb=9000)
-    sweep.check_resources(spec, resources(spec, None))  # fits: nobody asked for memory
+    check_resources(spec, resources(spec, None))  # fits: nobody asked for memory
     with pytest.raises(RuntimeError, match="gpu_memory_mb"):
-        sweep.check_resources(spec, resources(spec, H100))  # the cluster advertises no memory at all
+        check_resources(spec, resources(spec, H100))  # the cluster advertises no memory at all
 
 
 class FakeTrial:
