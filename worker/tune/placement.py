@@ -27,7 +27,7 @@ from worker.contract.spec import JobSpec
 logger = logging.getLogger(__name__)
 
 _EPS = 1e-9
-_TUNE_TO_RAY = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+_TUNE_TO_RAY = {"cpu": "CPU", "gpu": "GPU"}  # custom resources keep their names
 
 Room = Mapping[str, Mapping[str, float]]  # node id (hex) -> resource name -> amount available now
 
@@ -128,11 +128,12 @@ def trial_resources(request: Mapping[str, float], placement: str = "best-fit") -
 
 
 def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
-    """Refuse a trial that no node of the cluster could ever hold (unless an autoscaler may add one)."""
+    """Refuse a trial that asks for more than the whole cluster has (unless an autoscaler may add nodes)."""
     have = ray.cluster_resources()
-    need = {"CPU": spec.resources.cpus, "GPU": spec.resources.gpus}
-    if request is not None:  # the trial's request (tuning.resources): its GPUs packed by memory, the memory
-        need = {key.upper() if key in ("cpu", "gpu") else key: value for key, value in request.items()}
+    # the trial's request (tuning.resources: its GPUs packed by memory, the memory), else the spec's own
+    need = bundle_of(
+        request if request is not None else {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
+    )
     short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
     if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
         wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
