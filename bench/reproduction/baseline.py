@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bench.reproduction.stats import mean_sd, paired
 
@@ -18,12 +19,18 @@ BASELINE_VARIANTS = {
 }
 
 
+def _best(data: dict[str, Any], variant: str) -> dict[int, float]:
+    """Best dev Pearson (0-100) by seed of one variant."""
+    return {r["seed"]: 100 * r["best"] for r in data["variants"][variant]["runs"]}
+
+
 def baseline_section() -> list[str]:
-    """`smartune train --method vanilla` against an independent plain Hugging Face loop, paired by seed."""
+    """`smartune train --method vanilla` against an independent plain Hugging Face loop, paired by seed,
+    and length grouping on against off."""
     if not BASELINE.exists():
         return []
     data = json.loads(BASELINE.read_text())
-    plain = {r["seed"]: 100 * r["best"] for r in data["variants"]["plain"]["runs"]}
+    plain = _best(data, "plain")
     setup = data["setup"]
     lines = [
         "## A strong vanilla first: smartune against a plain Hugging Face loop",
@@ -33,17 +40,26 @@ def baseline_section() -> list[str]:
         f"{', '.join(map(str, setup['seeds']))}; best dev Pearson. Commands: `{data['commands']['plain']}` and "
         f"`{data['commands']['new']}` (file `bench/results/baseline_stsb1k.json`).",
         "",
-        "| variant | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
-        "|---|---|---|---|",
-        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {mean_sd(list(plain.values()))[0]:.2f} ± "
+        "| variant | seeds | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
+        "|---|---|---|---|---|",
+        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {len(plain)} | {mean_sd(list(plain.values()))[0]:.2f} ± "
         f"{mean_sd(list(plain.values()))[1]:.2f} | – | – |",
     ]
     for key, label in BASELINE_VARIANTS.items():
-        ours = {r["seed"]: 100 * r["best"] for r in data["variants"][key]["runs"]}
+        ours = _best(data, key)
         seeds = sorted(ours.keys() & plain.keys())
         p = paired([ours[s] for s in seeds], [plain[s] for s in seeds])
         m, sd = mean_sd([ours[s] for s in seeds])
         lines.append(
-            f"| {label} | {m:.2f} ± {sd:.2f} | {p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.2f} |"
+            f"| {label} | {len(seeds)} | {m:.2f} ± {sd:.2f} | {p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] "
+            f"| {p.p_t:.2f} |"
         )
+    on, off = _best(data, "new"), _best(data, "nogroup")
+    seeds = sorted(on.keys() & off.keys())
+    p = paired([on[s] for s in seeds], [off[s] for s in seeds])
+    lines += [
+        "",
+        f"Length grouping on minus off (smartune, the same seeds {', '.join(map(str, seeds))}): "
+        f"{p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}], paired t p = {p.p_t:.2f}.",
+    ]
     return [*lines, ""]

@@ -4,6 +4,7 @@ not installed (a lent GPU), and to check the service's numbers against the bare 
     python -m bench.reproduction.direct --out FILE.jsonl [--tasks rte,mrpc] [--device cuda]
         [--precision fp32] [--workers 6] [--deadline-s 400] [--model PATH] [--data DIR]
         [--train-examples 1000|full] [--learning-rate 5e-5 --epochs 10]
+    python -m bench.reproduction.direct --out FILE.jsonl --merge-into bench/results/paper_ablation_h200.json
 
 Each trial is the service's own: the campaign's job spec (`plan.Campaign.method_spec`) expanded by the
 contract (`JobSpec.trials`) into `TrainConfig`s and trained by `worker.training.finetune.run_training`,
@@ -39,34 +40,57 @@ def trial_configs(
     campaign: plan.Campaign,
     tasks: list[str],
     *,
-    learning_rate: float,
-    epochs: int,
+    learning_rate: float | None,
+    epochs: int | None,
     train_examples: int | None,
     overrides: dict[str, Any],
+    grid: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every (task, seed, method) trial as a TrainConfig dict, in priority order, each tagged with its
-    report row under `_method`."""
+    """Every trial as a TrainConfig dict, in priority order, each tagged with its report row under
+    `_method`: the methods phase at (`learning_rate`, `epochs`), or with `grid` the vanilla grid run in
+    full (rows `grid-full`; learning rate x epochs x grid seeds, as `Campaign.grid_spec` has them)."""
     from worker.contract.spec import JobSpec  # pydantic: imported where it is used
 
-    by_key: dict[tuple[str, int, str], dict[str, Any]] = {}
+    specs: list[tuple[str, dict[str, Any]]] = []
     for task in tasks:
+        if grid:
+            specs.append(("grid-full", campaign.grid_spec(task, asha=False)))
+            continue
+        if learning_rate is None or epochs is None:
+            raise ValueError("the methods phase needs a learning rate and epochs")
         for method in campaign.methods:
-            spec = campaign.method_spec(task, method, learning_rate=learning_rate, epochs=epochs)
-            spec["training"]["max_train_samples"] = train_examples
-            for trial in JobSpec.model_validate(spec).trials():
-                by_key[(task, int(trial["seed"]), method.label)] = {
-                    **trial,
-                    **overrides,
-                    "_method": method.label,
-                }
+            specs.append(
+                (method.label, campaign.method_spec(task, method, learning_rate=learning_rate, epochs=epochs))
+            )
+    by_key: dict[TrialKey, dict[str, Any]] = {}
+    for label, spec in specs:
+        spec["training"]["max_train_samples"] = train_examples
+        for trial in JobSpec.model_validate(spec).trials():
+            tagged = {**trial, **overrides, "_method": label}
+            by_key[trial_key(tagged)] = tagged
     order = {t: i for i, t in enumerate(PRIORITY)}
-    labels = [m.label for m in campaign.methods]
-    keys = sorted(by_key, key=lambda k: (order.get(k[0], len(order)), k[0], k[1], labels.index(k[2])))
+    labels = ["grid-full", *(m.label for m in campaign.methods)]
+    keys = sorted(by_key, key=lambda k: (order.get(k[0], len(order)), k[0], k[2], labels.index(k[1]), k[3:]))
     return [by_key[k] for k in keys]
 
 
-def record(trial: dict[str, Any], result: dict[str, Any], device_name: str) -> dict[str, Any]:
-    """One trial in `collect.trial_records`' shape, from run_training's metrics document."""
+TrialKey = tuple[str, str, int, float, int]  # task, report row, seed, learning rate, planned epochs
+
+
+def trial_key(trial: dict[str, Any]) -> TrialKey:
+    """A trial's identity, from its TrainConfig dict (tagged) or from its record."""
+    if "_method" in trial:
+        return (trial["task"], trial["_method"], int(trial["seed"]), float(trial["learning_rate"]),
+                int(trial["epochs"]))  # fmt: skip
+    return (trial["task"], trial["method"], int(trial["seed"]), float(trial["learning_rate"]),
+            int(trial["planned_epochs"]))  # fmt: skip
+
+
+def record(
+    trial: dict[str, Any], result: dict[str, Any], device_name: str, concurrent_trials: int = 1
+) -> dict[str, Any]:
+    """One trial in `collect.trial_records`' shape, from run_training's metrics document;
+    `concurrent_trials` is how many trials shared the device (its seconds are under that sharing)."""
     from worker.contract.tasks import get_task
 
     main = get_task(trial["task"]).main_metric
@@ -95,10 +119,11 @@ def record(trial: dict[str, Any], result: dict[str, Any], device_name: str) -> d
         "precision": result["provenance"].get("precision"),
         "train_examples": int(result["train_examples"]),
         "trial_wall_s": float(result["wall_seconds"]),
+        "concurrent_trials": concurrent_trials,
     }
 
 
-def run_one(trial: dict[str, Any], stop_at: float) -> dict[str, Any] | None:
+def run_one(trial: dict[str, Any], stop_at: float, workers: int = 1) -> dict[str, Any] | None:
     """Train one trial in this (pool) process; None when the deadline has passed before it starts."""
     if time.time() > stop_at:
         return None
@@ -113,29 +138,30 @@ def run_one(trial: dict[str, Any], stop_at: float) -> dict[str, Any] | None:
     except Exception as err:  # one failed trial is a record, not the end of the run
         return {**_key(trial), "state": "ERROR", "error": f"{type(err).__name__}: {err}"}
     name = torch.cuda.get_device_name() if config.device.startswith("cuda") else "cpu"
-    return record(trial, result, name)
+    return record(trial, result, name, workers)
 
 
 def _key(trial: dict[str, Any]) -> dict[str, Any]:
-    return {"task": trial["task"], "method": trial["_method"], "seed": int(trial["seed"])}
+    return {"task": trial["task"], "method": trial["_method"], "seed": int(trial["seed"]),
+            "learning_rate": float(trial["learning_rate"]), "planned_epochs": int(trial["epochs"])}  # fmt: skip
 
 
-def _done(path: Path) -> set[tuple[str, str, int]]:
+def _done(path: Path) -> set[TrialKey]:
     if not path.exists():
         return set()
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {(r["task"], r["method"], r["seed"]) for r in rows if r.get("state") == "TERMINATED"}
+    return {trial_key(r) for r in rows if r.get("state") == "TERMINATED"}
 
 
 def run(trials: list[dict[str, Any]], out: Path, workers: int, stop_at: float) -> int:
     """Train the trials not yet in `out` on `workers` processes; returns how many finished now."""
     done = _done(out)
-    todo = [t for t in trials if (t["task"], t["_method"], int(t["seed"])) not in done]
+    todo = [t for t in trials if trial_key(t) not in done]
     print(f"[direct] {len(todo)} trials to run ({len(trials) - len(todo)} already in {out})", file=sys.stderr)
     finished = 0
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool, out.open("a") as sink:
-        pending = [pool.submit(run_one, t, stop_at) for t in todo]
+        pending = [pool.submit(run_one, t, stop_at, workers) for t in todo]
         for future in futures.as_completed(pending):
             row = future.result()
             if row is None:
@@ -148,6 +174,20 @@ def run(trials: list[dict[str, Any]], out: Path, workers: int, stop_at: float) -
             )
             print(f"[direct] {row['task']} {row['method']} seed {row['seed']}: {value}", file=sys.stderr)
     return finished
+
+
+def merge(sources: list[Path], into: Path) -> int:
+    """Fold the finished trials of JSONL `sources` into the JSON list `into` (the report's records), a
+    newer record replacing one of the same trial (`trial_key`); returns how many records `into` has."""
+    rows = json.loads(into.read_text()) if into.exists() else []
+    by_key = {trial_key(r): r for r in rows}
+    for source in sources:
+        for line in source.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("state") == "TERMINATED":
+                by_key[trial_key(row)] = row
+    into.write_text(json.dumps(list(by_key.values()), indent=1) + "\n")
+    return len(by_key)
 
 
 def table(path: Path) -> str:
@@ -167,8 +207,14 @@ def table(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.reproduction.direct", description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="JSONL of trial records (appended)")
+    parser.add_argument("--merge-into", type=Path, default=None,
+                        help="train nothing: fold --out's records into this JSON list (the report's records)")  # fmt: skip
     parser.add_argument("--tasks", default=",".join(PRIORITY))
     parser.add_argument("--methods", default="", help="report rows to run (default: all)")
+    parser.add_argument(
+        "--grid", action="store_true", help="run vanilla's grid in full instead of the methods"
+    )
+    parser.add_argument("--grid-epochs", default="", help="the grid's epochs axis (default: the campaign's)")
     parser.add_argument("--seeds", default="", help="default: the campaign's")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32")
@@ -182,14 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--epochs", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.merge_into:
+        print(f"{merge([args.out], args.merge_into)} records in {args.merge_into}")
+        return 0
     narrowed: dict[str, Any] = {}
     if args.methods:
         wanted = set(args.methods.split(","))
         narrowed["methods"] = tuple(m for m in plan.METHODS if m.label in wanted)
     if args.seeds:
-        narrowed["seeds"] = tuple(int(s) for s in args.seeds.split(","))
+        narrowed["seeds"] = narrowed["grid_seeds"] = tuple(int(s) for s in args.seeds.split(","))
+    if args.grid_epochs:
+        narrowed["grid_epochs"] = tuple(int(e) for e in args.grid_epochs.split(","))
     campaign = dataclasses.replace(plan.CAMPAIGN, **narrowed)
-    if args.learning_rate is None or args.epochs is None:
+    if not args.grid and (args.learning_rate is None or args.epochs is None):
         chosen = choose(json.loads(GRID.read_text()))
         args.learning_rate = args.learning_rate or chosen["learning_rate"]
         args.epochs = args.epochs or chosen["epochs"]
@@ -207,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["max_eval_samples"] = args.eval_examples
     train_examples = None if args.train_examples == "full" else int(args.train_examples)
     trials = trial_configs(campaign, args.tasks.split(","), learning_rate=args.learning_rate,
-                           epochs=args.epochs, train_examples=train_examples, overrides=overrides)  # fmt: skip
+                           epochs=args.epochs, train_examples=train_examples, overrides=overrides,
+                           grid=args.grid)  # fmt: skip
     stop_at = time.time() + args.deadline_s if args.deadline_s > 0 else float("inf")
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (the trials' default)
     args.out.parent.mkdir(parents=True, exist_ok=True)

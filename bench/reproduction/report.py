@@ -91,13 +91,16 @@ def render(records: Records, grid: Records, gpu: Records | None = None) -> str:
             "",
             "The same trials (the campaign's job specs expanded by the job-spec contract), trained by the same",
             "`run_training` without Ray and MLflow, which the lent machine lacks: `python -m bench.lent_gpu`",
-            "(its `reproduce` stage runs `bench.reproduction.direct`), fp32 (TF32 off), 6–7 trials sharing the",
-            "GPU at once, so the seconds below are per trial under that sharing. The MiniLM weights were carried",
+            "(its `reproduce` stage runs `bench.reproduction.direct`), fp32 (TF32 off), several trials sharing the",
+            "GPU at once (the step-cost table says how many per task), so the seconds below are per trial under",
+            "that sharing and compare methods within a task, not tasks. The MiniLM weights were carried",
             "as fp16 and restored to fp32 (each weight rounded once; relative error under 4e-4 per tensor).",
             f"Records: `bench/results/{GPU_RECORDS.name}`.",
             "",
         ]
-        out += methods_sections(gpu, level="###", unit="GPU shared by 6–7 trials", plot_link=_link(GPU_PLOT))
+        out += methods_sections(
+            gpu, level="###", unit="one GPU shared by several trials", plot_link=_link(GPU_PLOT)
+        )
     return "\n".join(out) + "\n"
 
 
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     grid = json.loads(args.grid.read_text()) if args.grid.exists() else []
     gpu = json.loads(args.gpu_records.read_text()) if args.gpu_records.exists() else []
     plot(records, PLOT, "training minutes (1 CPU thread)")
-    plot(gpu, GPU_PLOT, "training minutes (GPU shared by 6-7 trials)")
+    plot(gpu, GPU_PLOT, "training minutes (one GPU shared by several trials)")
     args.out.write_text(render(records, grid, gpu))
     print(f"{len(records)} records, {len(grid)} grid records, {len(gpu)} GPU records -> {args.out}")
     return 0

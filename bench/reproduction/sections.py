@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reproduction import plan
-from bench.reproduction.stats import best_within, mean_sd, paired
+from bench.reproduction.stats import best_within, holm, mean_sd, paired
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "service" / "dashboard" / "paper_results.json"
@@ -79,6 +79,34 @@ def _comparison_rows(records: Records, task: str, value: Any) -> list[str]:
     return rows
 
 
+def summary_rows(records: Records, tasks: list[str]) -> list[str]:
+    """Every method minus vanilla at convergence, one column per task: the paired mean difference with its
+    paired t p, and Holm's adjustment within the task (its comparisons with vanilla are one family)."""
+    cells: dict[tuple[str, str], tuple[float, float]] = {}
+    adjusted: dict[tuple[str, str], float] = {}
+    for task in tasks:
+        family = []
+        for method in plan.METHOD_LABELS[1:]:
+            mine, base = _pairs(records, task, method, lambda r: r["value"])
+            if len(mine) >= 2:
+                p = paired(mine, base)
+                cells[(method, task)] = (p.mean, p.p_t)
+                family.append((method, task))
+        adjusted |= dict(zip(family, holm([cells[k][1] for k in family]), strict=True))
+    rows = ["| method | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for method in plan.METHOD_LABELS[1:]:
+        row = []
+        for task in tasks:
+            if (method, task) not in cells:
+                row.append("–")
+                continue
+            diff, p_t = cells[(method, task)]
+            text = f"{diff:+.2f} (p {p_t:.3f}; Holm {adjusted[(method, task)]:.3f})"
+            row.append(f"**{text}**" if adjusted[(method, task)] < 0.05 else text)
+        rows.append(f"| {method} | " + " | ".join(row) + " |")
+    return rows
+
+
 def _budget(records: Records, task: str) -> float | None:
     """Equal compute: the median training seconds of vanilla's full runs on `task`."""
     runs = [r["wall_s"] for r in records if r["task"] == task and r["method"] == "vanilla"]
@@ -135,13 +163,17 @@ def plot(records: Records, path: Path, xlabel: str) -> None:
                 xs.append(elapsed / 60)
                 ys.append(statistics.mean(r["curve"][e] for r in runs))
             ax.plot(xs, ys, marker="o", markersize=2.5, label=method)
-        metric = runs[0]["metric"] if runs else ""
+        metric = next(r["metric"] for r in records if r["task"] == task)
         ax.set_title(f"{task} (1k train), dev {metric}")
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("dev metric, mean over seeds")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    handles = {}  # every method once, whichever panel drew it (a task may lack some methods)
+    for ax in axes[0]:
+        for line in ax.get_lines():
+            handles.setdefault(line.get_label(), line)
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=len(handles))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -152,7 +184,18 @@ def methods_sections(records: Records, *, level: str, unit: str, plot_link: str 
     says what a training second is (e.g. "1 CPU thread"), `plot_link` the plot's path from docs/."""
     sub = level + "#"
     tasks = [t for t in plan.TASKS if any(r["task"] == t for r in records)]
-    out = [f"{level} At convergence: the best dev score of each run", ""]
+    out = []
+    if tasks:
+        out += [
+            f"{level} Summary: each method minus vanilla at convergence (paired over seeds)",
+            "",
+            "Paired t-test p per cell, and Holm's adjustment over the task's comparisons with vanilla (one",
+            "family per task); bold where the adjusted p < 0.05.",
+            "",
+            *summary_rows(records, tasks),
+            "",
+        ]
+    out += [f"{level} At convergence: the best dev score of each run", ""]
     if not tasks:
         out += ["_No method has run yet._", ""]
     for task in tasks:
@@ -179,7 +222,10 @@ def methods_sections(records: Records, *, level: str, unit: str, plot_link: str 
             "",
         ]
     out += [f"{level} Step cost: median training seconds per epoch (1,000 examples, {unit})", ""]
-    out += ["| task | " + " | ".join(plan.METHOD_LABELS) + " |", "|---|" + "---|" * len(plan.METHOD_LABELS)]
+    shared = any("concurrent_trials" in r for r in records)  # a device shared by several trials at once
+    extra = ["trials at once"] if shared else []
+    columns = [*extra, *plan.METHOD_LABELS]
+    out += ["| task | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for task in tasks:
         cost = _step_cost(records, task)
         base = cost.get("vanilla")
@@ -187,6 +233,9 @@ def methods_sections(records: Records, *, level: str, unit: str, plot_link: str 
             f"{cost[m]:.1f} s" + (f" ({cost[m] / base:.2f}x)" if base else "") if m in cost else "–"
             for m in plan.METHOD_LABELS
         ]
+        if shared:
+            counts = sorted({r.get("concurrent_trials", 1) for r in records if r["task"] == task})
+            cells.insert(0, str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}")
         out.append(f"| {task} | " + " | ".join(cells) + " |")
     out += ["", f"{level} What the regulariser measured (per-epoch means over every epoch and seed)", ""]
     out += [

@@ -49,6 +49,18 @@ def paired(
     return Paired(n, float(diffs.mean()), float(low), float(high), p_t, float(min(1.0, 2 * other_side)))
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of `p_values` (one family of tests), in their order: the adjusted p
+    of the k-th smallest is the running max of (m - k + 1) * p, capped at 1."""
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
 

@@ -37,6 +37,23 @@ def test_direct_trials_are_the_services_trials_in_paired_order() -> None:
     assert all(t["max_train_samples"] is None for t in _trials(["rte"], examples=None))
 
 
+def test_the_direct_grid_is_the_campaigns_full_grid_job_by_trial() -> None:
+    trials = direct.trial_configs(plan.CAMPAIGN, ["sst2", "mrpc"], learning_rate=None, epochs=None,
+                                  train_examples=1000, overrides={}, grid=True)  # fmt: skip
+    cells = len(plan.GRID_LEARNING_RATES) * len(plan.GRID_EPOCHS)
+    assert len(trials) == 2 * cells * len(plan.GRID_SEEDS)
+    assert {t["_method"] for t in trials} == {"grid-full"} and trials[0]["task"] == "mrpc"
+    first_seed = trials[:cells]  # seed by seed, every cell inside a seed
+    assert {t["seed"] for t in first_seed} == {1}
+    assert {(t["learning_rate"], t["epochs"]) for t in first_seed} == {
+        (lr, e) for lr in plan.GRID_LEARNING_RATES for e in plan.GRID_EPOCHS
+    }
+    assert len({direct.trial_key(t) for t in trials}) == len(trials)
+    with pytest.raises(ValueError, match="learning rate"):
+        direct.trial_configs(plan.CAMPAIGN, ["rte"], learning_rate=None, epochs=None, train_examples=1000,
+                             overrides={})  # fmt: skip
+
+
 def test_a_direct_record_has_the_shape_collect_gives_a_service_trial() -> None:
     epochs = [{"metrics": {"accuracy": a}, "train_seconds": 2.0, "train_loss": 0.5,
                "components": {"loss": 0.5, "r_s": 1e-8}} for a in (0.5, 0.6)]  # fmt: skip
@@ -82,6 +99,25 @@ def test_a_direct_run_trains_appends_records_and_skips_them_when_rerun(tmp_path:
     assert direct.main(argv) == 0
     assert len(out.read_text().splitlines()) == 2  # nothing ran twice
     assert direct.run([], out, 1, stop_at=time.time()) == 0
+    assert {r["concurrent_trials"] for r in rows} == {2}  # its seconds were measured two trials at a time
+
+
+def test_merging_direct_records_replaces_a_trial_and_keeps_the_others(tmp_path: Path) -> None:
+    into = tmp_path / "records.json"
+    cell = {"learning_rate": 5e-5, "planned_epochs": 10}
+    into.write_text(json.dumps([{"task": "rte", "method": "smart", "seed": 1, "value": 50.0, **cell},
+                                {"task": "rte", "method": "vanilla", "seed": 1, "value": 55.0, **cell}]))  # fmt: skip
+    source = tmp_path / "new.jsonl"
+    rows = [{"task": "rte", "method": "smart", "seed": 1, "value": 56.0, "state": "TERMINATED", **cell},
+            {"task": "mrpc", "method": "smart", "seed": 1, "state": "ERROR", "error": "OOM", **cell},
+            {"task": "mrpc", "method": "vanilla", "seed": 2, "value": 80.0, "state": "TERMINATED", **cell},
+            {"task": "mrpc", "method": "vanilla", "seed": 2, "value": 81.0, "state": "TERMINATED",
+             "learning_rate": 1e-4, "planned_epochs": 10}]  # fmt: skip
+    source.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert direct.main(["--out", str(source), "--merge-into", str(into)]) == 0
+    merged = {(r["task"], r["method"], r["seed"]): r.get("value") for r in json.loads(into.read_text())}
+    assert len(json.loads(into.read_text())) == 4  # another learning rate is another trial
+    assert merged == {("rte", "smart", 1): 56.0, ("rte", "vanilla", 1): 55.0, ("mrpc", "vanilla", 2): 81.0}
 
 
 def test_the_memory_grid_times_every_cell_on_cpu(glue_dir: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from bench.reproduction import report
 from bench.reproduction.collect import choose
 from bench.reproduction.plan import CAMPAIGN, METHODS, Campaign
-from bench.reproduction.stats import best_within, paired
+from bench.reproduction.stats import best_within, holm, paired
 
 BY_LABEL = {m.label: m for m in METHODS}
 
@@ -27,6 +27,33 @@ def test_the_paired_test_matches_its_textbook_values() -> None:
     assert (flat.mean, flat.p_t, flat.low, flat.high) == (0.0, 1.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="at least 2"):
         paired([1.0], [0.0])
+
+
+def test_holms_adjustment_matches_its_textbook_values() -> None:
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005, 3 x 0.01, 2 x 0.03, then max(0.06, 1 x 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
+
+
+def test_the_summary_adjusts_within_each_task_and_bolds_what_survives() -> None:
+    from bench.reproduction.sections import summary_rows
+
+    steady = [0.1, 0.2, 0.3, 0.4, 0.5]  # minus vanilla per seed: mean 0.3, paired t p 0.013
+    noisy = [3.0, -1.0, 2.0, 0.0, 1.0]  # mean 1.0, p 0.23
+    diffs = {("rte", "r3f"): steady, ("rte", "smart"): noisy, ("mrpc", "smart"): steady}
+    records = [
+        _record(task, "vanilla", seed, 60.0 + seed) for task in ("rte", "mrpc") for seed in range(1, 6)
+    ]
+    records += [
+        _record(task, method, seed, 60.0 + seed + d[seed - 1])
+        for (task, method), d in diffs.items()
+        for seed in range(1, 6)
+    ]
+    rows = summary_rows(records, ["rte", "mrpc"])
+    assert rows[0] == "| method | rte | mrpc |"
+    # rte's family has two comparisons: its smallest p doubles; mrpc's has one: unchanged
+    assert "| r3f | **+0.30 (p 0.013; Holm 0.026)** | – |" in rows
+    assert "| smart | +1.00 (p 0.230; Holm 0.230) | **+0.30 (p 0.013; Holm 0.013)** |" in rows
 
 
 def test_equal_compute_takes_the_best_epoch_that_ended_within_the_budget() -> None:
@@ -85,6 +112,7 @@ def test_the_report_puts_paired_differences_and_the_papers_numbers_side_by_side(
     assert "| smart | 3 | 61.00 ± 2.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in rte
     assert "| vanilla | 3 | 60.00 ± 2.00 | – | – | – | 63.5 |" in rte
     assert "| rte | smart | 6.50e-01 | 1.00e-10 |" in page  # the regulariser's components, per method
+    assert "| task | vanilla | smart |" in page  # one trial per CPU thread: no sharing column
     report.plot(records, tmp_path / "curves.png", "training minutes")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
@@ -93,13 +121,15 @@ def test_the_gpu_records_get_their_own_section_with_the_same_tables() -> None:
     def record(method: str, seed: int, value: float) -> dict[str, object]:
         return {"task": "rte", "method": method, "seed": seed, "metric": "accuracy", "value": value,
                 "epochs": 2, "wall_s": 2.0, "curve": [value - 1, value], "epoch_seconds": [1.0, 1.0],
-                "train_loss": [0.6, 0.5], "components": {}, "device": "NVIDIA H200"}  # fmt: skip
+                "train_loss": [0.6, 0.5], "components": {}, "device": "NVIDIA H200",
+                "concurrent_trials": 6 + (seed == 3)}  # fmt: skip
 
     gpu = [record(m, s, 55.0 + s + (m == "smart")) for s in (1, 2, 3) for m in ("vanilla", "smart")]
     page = report.render([], [], gpu)
     cpu_part, gpu_part = page.split("## On a lent GPU (NVIDIA H200), direct runs")
     assert "_No method has run yet._" in cpu_part  # the service's campaign has no method records
     assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in gpu_part
+    assert "| task | trials at once | vanilla |" in gpu_part and "| rte | 6–7 | 1.0 s (1.00x) |" in gpu_part
 
 
 def test_the_campaigns_names_round_trip() -> None:
