@@ -31,6 +31,7 @@ def baseline_section() -> list[str]:
         return []
     data = json.loads(BASELINE.read_text())
     plain = _best(data, "plain")
+    plain_mean, plain_sd = mean_sd(list(plain.values()))
     setup = data["setup"]
     lines = [
         "## A strong vanilla first: smartune against a plain Hugging Face loop",
@@ -42,8 +43,8 @@ def baseline_section() -> list[str]:
         "",
         "| variant | seeds | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
         "|---|---|---|---|---|",
-        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {len(plain)} | {mean_sd(list(plain.values()))[0]:.2f} ± "
-        f"{mean_sd(list(plain.values()))[1]:.2f} | – | – |",
+        f"| plain Hugging Face loop (`bench/plain_loop.py`) | {len(plain)} | {plain_mean:.2f} ± {plain_sd:.2f} "
+        "| – | – |",
     ]
     for key, label in BASELINE_VARIANTS.items():
         ours = _best(data, key)

@@ -142,15 +142,21 @@ def run_one(trial: dict[str, Any], stop_at: float, workers: int = 1) -> dict[str
 
 
 def _key(trial: dict[str, Any]) -> dict[str, Any]:
-    return {"task": trial["task"], "method": trial["_method"], "seed": int(trial["seed"]),
-            "learning_rate": float(trial["learning_rate"]), "planned_epochs": int(trial["epochs"])}  # fmt: skip
+    """`trial_key` as a record's fields (an ERROR record has only these)."""
+    return dict(
+        zip(("task", "method", "seed", "learning_rate", "planned_epochs"), trial_key(trial), strict=True)
+    )
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _done(path: Path) -> set[TrialKey]:
-    if not path.exists():
-        return set()
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {trial_key(r) for r in rows if r.get("state") == "TERMINATED"}
+    return {trial_key(r) for r in _rows(path) if r.get("state") == "TERMINATED"}
 
 
 def run(trials: list[dict[str, Any]], out: Path, workers: int, stop_at: float) -> int:
@@ -182,8 +188,7 @@ def merge(sources: list[Path], into: Path) -> int:
     rows = json.loads(into.read_text()) if into.exists() else []
     by_key = {trial_key(r): r for r in rows}
     for source in sources:
-        for line in source.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
+        for row in _rows(source):
             if row.get("state") == "TERMINATED":
                 by_key[trial_key(row)] = row
     into.write_text(json.dumps(list(by_key.values()), indent=1) + "\n")
@@ -192,7 +197,7 @@ def merge(sources: list[Path], into: Path) -> int:
 
 def table(path: Path) -> str:
     """Mean ± sd per task and method of the finished trials in `path` (for a terminal)."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = _rows(path)
     cells: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         if r.get("state") == "TERMINATED":
