@@ -1,5 +1,6 @@
 """`smartune stop`: stop what `smartune serve` (`make run`) started on this machine: the service, then the
-local Ray head it started, found through `<data dir>/run/`. Also after a crash left the head running."""
+local Ray head it started, found through `<data dir>/run/`. Also after a crash left the head running: then
+the jobs that head ran are requeued here, as the service does at a clean exit (service/planned_stop.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from service.config import Settings
     from service.local_head import stop_recorded
+    from service.planned_stop import requeue_in_store
 
-    data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else Settings().data_dir
+    settings = Settings(data_dir=Path(args.data_dir).expanduser().resolve()) if args.data_dir else Settings()
+    data_dir = settings.data_dir
     done = stop_recorded(data_dir)
+    has_store = settings.database_url is not None or (data_dir / "smartune.db").is_file()
+    if has_store and any(line.startswith("stopped ray-head") for line in done):
+        # A head left behind by a crashed service: its jobs are requeued as after a clean stop.
+        requeued = requeue_in_store(settings)
+        done += [f"requeued {len(requeued)} running job(s)"] if requeued else []
     print("\n".join(done) if done else f"nothing recorded as running in {data_dir / 'run'}")
     return 0

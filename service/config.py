@@ -107,7 +107,9 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(
         True, description="run the migrations at start; off where a prestart step runs `smartune migrate`"
     )
-    max_attempts: int = Field(3, ge=1, description="attempts of a job before a lost one is FAILED")
+    max_attempts: int = Field(
+        3, ge=1, description="lost attempts of a job before it is FAILED (planned stops do not count)"
+    )
     max_job_wall_time_s: float = Field(
         72 * 3600.0, gt=0, description="a job running longer is stopped and FAILED; caps limits.time_budget_s"
     )

@@ -12,7 +12,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import security
 from service.costs import budget
 from service.db import utcnow
-from service.models import ACTIVE_STATES, ApiKey, Attempt, Job, JobState, Team, Transition, Trial
+from service.models import (
+    ACTIVE_STATES,
+    ApiKey,
+    Attempt,
+    AttemptState,
+    Job,
+    JobState,
+    Team,
+    Transition,
+    Trial,
+)
 from service.schemas import TeamCreate, TeamUpdate
 from worker.contract.spec import JobSpec
 
@@ -255,6 +265,11 @@ def active_jobs(*, session: Session) -> Sequence[Job]:
 
 def queued_jobs(*, session: Session) -> Sequence[Job]:
     return session.scalars(select(Job).where(Job.state == JobState.QUEUED)).all()
+
+
+def count_attempts(*, session: Session, job: Job, state: AttemptState) -> int:
+    query = select(func.count()).select_from(Attempt).where(Attempt.job_id == job.id, Attempt.state == state)
+    return session.scalar(query) or 0
 
 
 def current_attempt(*, session: Session, job: Job) -> Attempt:

@@ -1,7 +1,8 @@
 """`smartune serve`: the one command of the embedded deployment (docs/architecture.md §7).
 
 Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
-uvicorn, and on exit stops the head it started unless `keep_ray` is set. The job store, MLflow store and
+uvicorn, and on exit stops the head it started unless `keep_ray` is set, then requeues the jobs that head
+ran as a planned stop (service.planned_stop). The job store, MLflow store and
 Tune storage live in the data directory; `<data dir>/run/` records the running processes for
 `smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
 access lines included.
@@ -15,7 +16,7 @@ from types import FrameType
 
 import uvicorn
 
-from service import local_head
+from service import local_head, planned_stop
 from service.config import Settings
 from service.http import logs
 from service.main import create_app
@@ -61,6 +62,10 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
             else:
                 print("smartune: stopping the Ray head it started", flush=True)  # noqa: T201
                 local_head.stop(head)
+                requeued = planned_stop.requeue_in_store(settings)
+                said = f"requeued {len(requeued)} running job(s); they resume at the next start"
+                if requeued:
+                    print(f"smartune: {said}", flush=True)  # noqa: T201
 
 
 def _exit_on_sigterm(_signum: int, _frame: FrameType | None) -> None:

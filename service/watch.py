@@ -2,8 +2,8 @@
 
 For every DISPATCHED or RUNNING job the current attempt's Ray job is looked up: pending or running -> keep
 watching (and sync the trial rows); finished -> record SUCCEEDED (with the sweep summary) or FAILED;
-unknown to Ray (a real 404) -> LOST, then QUEUED again as the next attempt (or FAILED after
-`max_attempts`), after stopping the old submission so two attempts never run one experiment. Cancelled
+unknown to Ray (a real 404) -> LOST, then QUEUED again as the next attempt (or FAILED once `max_attempts`
+of its attempts were lost; attempts stopped by a planned stop, service.planned_stop, do not count), after stopping the old submission so two attempts never run one experiment. Cancelled
 jobs get their Ray job stopped and their open MLflow runs ended as KILLED.
 
 Each job is watched on its own: an exception from one job's Ray or MLflow answer is logged and the other
@@ -124,8 +124,10 @@ class Watcher:
         attempt.state, attempt.ended_at = AttemptState.LOST, utcnow()
         reason = f"Ray no longer knows {attempt.submission_id} (its head restarted?)"
         crud.set_state(session=session, job=job, state=JobState.LOST, reason=reason)
-        if job.attempt >= self.settings.max_attempts:
-            job.message = f"lost {job.attempt} times; giving up"
+        # Only losses count: an attempt ended by a planned stop (service.planned_stop) is STOPPED.
+        lost = crud.count_attempts(session=session, job=job, state=AttemptState.LOST)
+        if lost >= self.settings.max_attempts:
+            job.message = f"lost {lost} times; giving up"
             crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
         else:
             reason = f"requeued as attempt {job.attempt + 1}, resuming from its checkpoints"

@@ -3,6 +3,7 @@
     python -m bench.reproduction.run grid --tasks cola,stsb            # vanilla lr x epochs, full and ASHA
     python -m bench.reproduction.run methods --tasks cola --lr 1e-4 --epochs 10
     python -m bench.reproduction.run methods --tasks cola             # lr/epochs chosen from the grid jobs
+    python -m bench.reproduction.run methods --tasks sst2 --methods vanilla,smart --lr 5e-5 --epochs 10
 
 The server is $SMARTUNE_URL with $SMARTUNE_API_KEY (a team's key); choosing from the grid reads the
 server's MLflow store at $MLFLOW_TRACKING_URI. Each job goes in with its name as the Idempotency-Key: run
@@ -14,6 +15,7 @@ Progress: one bar per job, in finished trials.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         "--lr", type=float, help="methods: the learning rate (default: chosen from the grid jobs)"
     )
     parser.add_argument("--epochs", type=int, help="methods: the epochs (default: chosen from the grid jobs)")
+    parser.add_argument(
+        "--methods", default="", help="methods: comma list of report labels (default: all seven)"
+    )
     parser.add_argument("--no-wait", action="store_true", help="submit (or find) the jobs and return")
     parser.add_argument("--poll", type=float, default=30.0, help="seconds between polls")
     args = parser.parse_args(argv)
@@ -141,10 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         parser.error(f"--tasks: not in the campaign: {', '.join(unknown)}")
+    labels = [m for m in args.methods.split(",") if m]
+    if unknown := sorted(set(labels) - {m.label for m in CAMPAIGN.methods}):
+        parser.error(f"--methods: not in the campaign: {', '.join(unknown)}")
+    wanted = tuple(m for m in CAMPAIGN.methods if m.label in labels) if labels else CAMPAIGN.methods
+    campaign = dataclasses.replace(CAMPAIGN, methods=wanted)  # same job names: a subset, resumable
     with Client() as client:
         states = run(
             client,
-            CAMPAIGN,
+            campaign,
             args.phase,
             tasks,
             lr=args.lr,

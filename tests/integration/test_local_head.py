@@ -162,3 +162,55 @@ def test_the_recorded_pid_is_signalled_only_while_it_runs_the_recorded_program(t
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_planned_stops_requeue_a_running_job_without_counting_as_losses(
+    ray_env: dict[str, str], tmp_path: Path, glue_dir: Path
+) -> None:
+    """With `max_attempts` 1, one loss would fail the job. It runs through two planned stops: `smartune
+    stop` (the service stops its head and requeues), then a crash of the service and `smartune stop`
+    (which stops the head left behind and requeues); each start resumes it as the next attempt."""
+    from bench.cluster import Server
+    from tests.integration.client import FINAL, Api, tiny_spec
+
+    env = ray_env | {
+        "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",
+        "SMARTUNE_ENTRYPOINT_PYTHON": sys.executable,
+        "SMARTUNE_MAX_ATTEMPTS": "1",
+        "SMARTUNE_GLUE_DIR": str(glue_dir),
+    }
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    port = free_port()
+    server = Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=env, port=port).start()
+    try:
+        admin = Api(server, server.admin_key())
+        api = Api(server, admin.team_key("nlp"))
+        training = {**tiny_spec()["training"], "epochs": 40, "max_train_samples": 128}
+        one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
+        job_id = api.submit(tiny_spec(training=training, search_space=one_trial, method="vanilla"))
+
+        api.wait(job_id, lambda j: any((t["last_epoch"] or 0) >= 1 for t in j["trials"]), 240)
+        assert "stopped serve" in _stop_cli(data_dir, env)  # the service stops its head, then requeues
+        assert server.process is not None and server.process.wait(120) == 0
+        assert "requeued 1 running job(s)" in server.output()
+        server.start()
+        api.wait(job_id, lambda j: j["attempt"] == 2 and j["state"] == "RUNNING", 240)
+        assert server.process is not None
+        server.process.kill()  # a crash: the head is left behind, running attempt 2
+        server.process.wait(30)
+        said = _stop_cli(data_dir, env)
+        assert "stopped ray-head" in said and "requeued 1 running job(s)" in said, said
+        server.start()
+        job = api.wait(job_id, lambda j: j["state"] in FINAL, timeout=300, past_the_end=True)
+        assert job["state"] == "SUCCEEDED", job["message"]
+        assert [(a["number"], a["state"]) for a in job["attempts"]] == [
+            (1, "STOPPED"),
+            (2, "STOPPED"),
+            (3, "SUCCEEDED"),
+        ]
+        assert "planned stop" in job["attempts"][0]["message"]
+        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 40)]
+    finally:
+        server.stop()
+        _stop_cli(data_dir, env)

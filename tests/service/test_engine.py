@@ -7,6 +7,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from service import planned_stop
 from service.config import Settings
 from service.db import Database
 from service.engine import Engine
@@ -57,6 +58,32 @@ def test_a_job_lost_too_often_fails(
     engine.tick()
     job = read(client, team_key, job_id)
     assert job["state"] == "FAILED" and job["message"] == f"lost {settings.max_attempts} times; giving up"
+
+
+def test_planned_stops_requeue_without_counting_as_losses(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, settings: Settings, db: Database
+) -> None:
+    """`smartune serve` stopping its Ray head (or `smartune stop` after a crash) is no loss: more planned
+    stops than `max_attempts`, then one real loss, and the job is still requeued."""
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    for number in range(1, settings.max_attempts + 2):
+        fake_ray.set(f"{job_id}-a{number}", "RUNNING")
+        engine.tick()
+        engine.stop()  # the service stops...
+        fake_ray.restart()  # ...with its Ray head...
+        assert planned_stop.requeue_active(db) == [job_id]  # ...and records why
+        assert planned_stop.requeue_active(db) == []  # once
+        engine = Engine(db=db, ray=fake_ray, tracker=engine.tracker, settings=settings)  # the next start
+        engine.tick()  # dispatches it as the next attempt
+    fake_ray.restart()  # a real loss
+    engine.tick()
+    job = read(client, team_key, job_id)
+    stops = settings.max_attempts + 1
+    assert job["state"] == "DISPATCHED" and job["attempt"] == stops + 2
+    assert [a["state"] for a in job["attempts"]] == ["STOPPED"] * stops + ["LOST", "SUBMITTED"]
+    assert "planned stop" in job["attempts"][0]["message"]
+    assert states(db, job_id)[:5] == ["QUEUED", "DISPATCHED", "RUNNING", "QUEUED", "DISPATCHED"]
 
 
 def test_restart_keeps_watching_and_records_the_end_once(
