@@ -11,7 +11,6 @@ regulariser's per-epoch components (`train_*`).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reproduction.plan import CAMPAIGN, METHOD_LABELS, Campaign
+from bench.reproduction.records import merge_into
 from smartune import Client
 from worker.contract.tags import JOB, TRIAL
 from worker.contract.tasks import TASKS
@@ -98,15 +98,16 @@ def collect(client: Client, tracking_uri: str, campaign: Campaign = CAMPAIGN) ->
 
 
 def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
-    """The methods' records to `out` (the issue's format plus curves), the grid's to `grid_out`."""
+    """The methods' records into `out` (the issue's format plus curves), the grid's into `grid_out`, each
+    merged with the records already there (`records.merge_into`)."""
     methods = [r for r in records if r["method"] in METHOD_LABELS and r["state"] == "TERMINATED"]
     unfinished = sum(r["method"] in METHOD_LABELS and r["state"] != "TERMINATED" for r in records)
     if unfinished:
         print(f"{unfinished} method trials not finished yet: left out")  # a running trial's best is partial
     grid = [r for r in records if r["method"] not in METHOD_LABELS]
     for path, rows in ((out, methods), (grid_out, grid)):
-        path.write_text(json.dumps(rows, indent=1) + "\n")
-        print(f"{len(rows)} trial records -> {path}")
+        total = merge_into(path, rows)  # a new machine's store holds only its own trials: keep the others
+        print(f"{len(rows)} trial records -> {path} ({total} in all)")
 
 
 def choose(records: Iterable[dict[str, Any]], part: str = "grid-full") -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.reproduction import plan
 from bench.reproduction.collect import choose
+from bench.reproduction.records import TrialKey, merge_into, trial_key
 
 GRID = Path(__file__).resolve().parents[1] / "results" / "reproduction_grid.json"
 PRIORITY = ("rte", "mrpc", "stsb", "cola", "sst2")  # Table 3's small tasks first: the paper's largest gains
@@ -72,18 +73,6 @@ def trial_configs(
     labels = ["grid-full", *(m.label for m in campaign.methods)]
     keys = sorted(by_key, key=lambda k: (order.get(k[0], len(order)), k[0], k[2], labels.index(k[1]), k[3:]))
     return [by_key[k] for k in keys]
-
-
-TrialKey = tuple[str, str, int, float, int]  # task, report row, seed, learning rate, planned epochs
-
-
-def trial_key(trial: dict[str, Any]) -> TrialKey:
-    """A trial's identity, from its TrainConfig dict (tagged) or from its record."""
-    if "_method" in trial:
-        return (trial["task"], trial["_method"], int(trial["seed"]), float(trial["learning_rate"]),
-                int(trial["epochs"]))  # fmt: skip
-    return (trial["task"], trial["method"], int(trial["seed"]), float(trial["learning_rate"]),
-            int(trial["planned_epochs"]))  # fmt: skip
 
 
 def record(
@@ -185,14 +174,9 @@ def run(trials: list[dict[str, Any]], out: Path, workers: int, stop_at: float) -
 def merge(sources: list[Path], into: Path) -> int:
     """Fold the finished trials of JSONL `sources` into the JSON list `into` (the report's records), a
     newer record replacing one of the same trial (`trial_key`); returns how many records `into` has."""
-    rows = json.loads(into.read_text()) if into.exists() else []
-    by_key = {trial_key(r): r for r in rows}
-    for source in sources:
-        for row in _rows(source):
-            if row.get("state") == "TERMINATED":
-                by_key[trial_key(row)] = row
-    into.write_text(json.dumps(list(by_key.values()), indent=1) + "\n")
-    return len(by_key)
+    return merge_into(
+        into, (row for source in sources for row in _rows(source) if row.get("state") == "TERMINATED")
+    )
 
 
 def table(path: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import lent_gpu, memory
-from bench.reproduction import direct, plan
+from bench.reproduction import direct, plan, records
 from worker.contract.trial import TrainConfig
 
 
@@ -48,7 +48,7 @@ def test_the_direct_grid_is_the_campaigns_full_grid_job_by_trial() -> None:
     assert {(t["learning_rate"], t["epochs"]) for t in first_seed} == {
         (lr, e) for lr in plan.GRID_LEARNING_RATES for e in plan.GRID_EPOCHS
     }
-    assert len({direct.trial_key(t) for t in trials}) == len(trials)
+    assert len({records.trial_key(t) for t in trials}) == len(trials)
     with pytest.raises(ValueError, match="learning rate"):
         direct.trial_configs(plan.CAMPAIGN, ["rte"], learning_rate=None, epochs=None, train_examples=1000,
                              overrides={})  # fmt: skip

@@ -3,6 +3,7 @@ report (the campaign end to end against a real server: tests/integration/test_re
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +160,35 @@ def test_the_grid_section_says_what_asha_saved_and_whether_it_kept_the_best_cell
     assert "best cell (mean over seeds): lr 5e-05 x 2 epochs" in text and "the same cell: **no**" in text
 
 
+def _trial(method: str, state: str, task: str = "stsb", value: float = 80.0) -> dict[str, Any]:
+    return {"task": task, "method": method, "seed": 1, "learning_rate": 5e-5, "planned_epochs": 10,
+            "state": state, "value": value}  # fmt: skip
+
+
 def test_only_finished_method_trials_reach_the_records(tmp_path: Path) -> None:
     from bench.reproduction.collect import write
 
-    def row(method: str, state: str) -> dict[str, Any]:
-        return {"task": "stsb", "method": method, "seed": 1, "state": state}
-
-    records = [row("vanilla", "TERMINATED"), row("smart", "RUNNING"), row("grid-asha", "STOPPED")]
+    records = [_trial("vanilla", "TERMINATED"), _trial("smart", "RUNNING"), _trial("grid-asha", "STOPPED")]
     write(records, tmp_path / "methods.json", tmp_path / "grid.json")
-    import json
 
     assert [r["method"] for r in json.loads((tmp_path / "methods.json").read_text())] == ["vanilla"]
     assert [r["state"] for r in json.loads((tmp_path / "grid.json").read_text())] == [
         "STOPPED"
     ]  # ASHA's cuts stay
+
+
+def test_collecting_from_a_new_store_keeps_the_other_machines_records(tmp_path: Path) -> None:
+    """A later session's MLflow store holds only its own trials: writing them replaces the same trials'
+    records and keeps every other one."""
+    from bench.reproduction.collect import write
+
+    methods, grid = tmp_path / "methods.json", tmp_path / "grid.json"
+    earlier = [_trial("vanilla", "TERMINATED", "rte"), _trial("vanilla", "TERMINATED", value=70.0)]
+    methods.write_text(json.dumps(earlier))
+    write([_trial("vanilla", "TERMINATED", value=81.0), _trial("smart", "TERMINATED")], methods, grid)
+    rows = json.loads(methods.read_text())
+    assert [(r["task"], r["method"], r["value"]) for r in rows] == [
+        ("rte", "vanilla", 80.0),
+        ("stsb", "vanilla", 81.0),
+        ("stsb", "smart", 80.0),
+    ]
