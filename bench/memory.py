@@ -8,7 +8,7 @@ change (the peak is reset at each baseline). On CPU only the step time is taken 
 there `bench step`'s memory column (one child process per method) is the measurement.
 
 Per configuration: a fresh copy of the model is moved to the device and one no-grad forward runs; that
-is the baseline (`weights_mb`: the parameters alone). Then `bench.step.Stepper` (AdamW, the method's
+is the baseline (`weights_mb`: the parameters alone). Then `bench.stepper.Stepper` (AdamW, the method's
 objective with its teacher copy) runs MEMORY_STEPS updates, the first of which allocates AdamW's moments,
 under bf16 autocast for `bf16` (the objective itself leaves autocast where SMART's perturbation would
 round away, as in training). `peak_mb` is the peak above the baseline: gradients, AdamW moments, the
@@ -31,7 +31,8 @@ import torch
 
 from bench import sync
 from bench.padding import fixed_batch
-from bench.step import MEMORY_STEPS, Stepper, load_model
+from bench.step import MEMORY_STEPS
+from bench.stepper import Stepper, load_model
 from worker.training.adapter import EmbeddingAdapter
 
 TIMED_STEPS = 5

@@ -32,7 +32,7 @@ import transformers
 from torch import Tensor, nn
 
 from bench.padding import Batch, fixed_batch
-from bench.step import load_model
+from bench.stepper import load_model
 from smart_core import ModelFns, Objective, method_config
 from smart_core import precision as precision_module
 from smart_core.divergences import divergence

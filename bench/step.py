@@ -1,8 +1,7 @@
 """`smartune bench step`: time and peak memory of one full training update per method.
 
-A step is what worker/training/loop.py::train_step does: the method's loss (smart_core.Objective over ModelFns built
-from worker.training.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
-zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
+A step is one `Stepper.step()` (bench/stepper.py): what worker/training/loop.py::train_step does, without
+the LR schedule.
 - Time: every method (and the smart-pytorch peer) on one fixed batch, interleaved round-robin in one
   process after warm-up rounds, the round's order rotated each round; the median per method over the
   samples during which no other work used the CPUs (bench.timed) is reported.
@@ -15,33 +14,26 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 import transformers
-from torch import Tensor, nn
+from torch import Tensor
 
 from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
-from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
+from bench.stepper import PEER, Stepper, load_model, parse_variant
 from worker.training.adapter import EmbeddingAdapter
-from worker.training.models import resolve_model
 
-PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 WARMUP_ROUNDS = 2  # untimed rounds: lazy AdamW state, allocator growth, oneDNN/cuBLAS kernel selection
 MEMORY_STEPS = 3  # updates a memory child runs after its baseline (the first allocates the AdamW state)
 MAX_ROUNDS_FACTOR = 3  # timed rounds stop at this multiple of --steps even if samples stay contended
 MEMORY_PARALLEL = 2  # memory children at a time
-LR = 1e-5
-PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
 METHODOLOGY = {
     "timing": "median over uncontended samples of interleaved rounds (round-robin, order rotated each round) "
     "after warm-up rounds, run until each method has `steps` of them (or 3x `steps` rounds); a sample is "
@@ -54,81 +46,6 @@ METHODOLOGY = {
     "peer": "smart_pytorch.SMARTLoss(eval_fn=adapter.forward_from_embeddings, loss_fn=kl_loss, "
     "loss_last_fn=sym_kl_loss, num_steps=1, step_size=1e-3, noise_var=1e-5) on adapter.embed, weight 1, + CE",
 }
-
-
-def parse_variant(label: str) -> MethodConfig:
-    """A method preset with overrides: `smart`, `smart+rs_dropout=shared`, `smart+diagnostics_every=1`."""
-    name, *settings = label.split("+")
-    if name not in METHOD_PRESETS:
-        raise ValueError(f"unknown method {name!r} in {label!r}; known: {', '.join(METHOD_PRESETS)}")
-    overrides: dict[str, Any] = {}
-    for setting in settings:
-        key, sep, raw = setting.partition("=")
-        if not sep or key not in FIELD_TYPES:
-            raise ValueError(
-                f"{label!r}: expected METHOD+field=value with a MethodConfig field, got {setting!r}"
-            )
-        overrides[key] = FIELD_TYPES[key](raw)
-    return method_config(name, **overrides)
-
-
-FIELD_TYPES: dict[str, Callable[[str], Any]] = {
-    f.name: {"float": float, "int": int}.get(str(f.type), str) for f in dataclasses.fields(MethodConfig)
-}
-
-
-def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
-    """The benchmark's model (fp32, seeded head) and tokenizer; a classification task of `num_labels`."""
-    return resolve_model(name, num_labels=num_labels, is_regression=False, head_dropout=0.1, seed=0)
-
-
-class Stepper:
-    """One method's model copy, AdamW and objective; `step()` is one full training update."""
-
-    def __init__(self, model: nn.Module, method: str, device: torch.device) -> None:
-        self.model = model.to(device).train()
-        config = parse_variant(method) if method != PEER else None
-        site = config.perturb_site if config is not None else "embedding-output"
-        self.adapter = EmbeddingAdapter(model, is_regression=False, site=site)
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
-        self.objective: Objective | None = None
-        if config is not None:  # as worker/training/session.py builds it, head diagnostics included
-            self.objective = Objective(
-                config,
-                regression=False,
-                module=model,
-                planned_updates=PLANNED_UPDATES,
-                diagnostic_params=self.adapter.head_parameters(),
-            )
-
-    def loss(self, batch: Batch, labels: Tensor) -> Tensor:
-        forward: Callable[[Tensor], Tensor] = lambda emb: self.adapter.forward_from_embeddings(batch, emb)  # noqa: E731
-        if self.objective is not None:
-            fns = ModelFns(
-                embed=lambda: self.adapter.embed(batch), forward=forward, mask=batch["attention_mask"]
-            )
-            return self.objective(fns, labels)[0]
-        from smart_pytorch import SMARTLoss, kl_loss, sym_kl_loss  # the peer: its README's recipe
-
-        smart = SMARTLoss(eval_fn=forward, loss_fn=kl_loss, loss_last_fn=sym_kl_loss, num_steps=1,
-                          step_size=1e-3, noise_var=1e-5)  # fmt: skip
-        embed = self.adapter.embed(batch)
-        clean = forward(embed)
-        return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
-
-    def step(self, batch: Batch, labels: Tensor) -> None:
-        loss = self.loss(batch, labels)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        if not bool(
-            torch.isfinite(norm) & torch.isfinite(loss.detach())
-        ):  # as worker/training/loop.py: one wait
-            raise FloatingPointError(f"non-finite loss {loss.item()} or gradient norm {norm.item()}")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.objective is not None:
-            self.objective.after_update()
 
 
 def time_interleaved(

@@ -11,10 +11,11 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.secret_checks import secret_problems
 
 
 def _env(name: str) -> AliasChoices:
@@ -183,7 +184,7 @@ class Settings(BaseSettings):
         deploy/env.example): a team stack must not start with the example's passwords."""
         if self.env == "development":
             return self
-        problems = [problem for problem in _secret_problems(self) if problem]
+        problems = [problem for problem in secret_problems(self) if problem]
         if problems:
             raise ValueError(
                 f"SMARTUNE_ENV={self.env} refuses default or empty secrets: " + "; ".join(problems)
@@ -260,53 +261,6 @@ class Settings(BaseSettings):
         """Tune storage per team: checkpoints (loaded with torch.load) never shared across teams."""
         base = self.tune_storage
         return f"{base.rstrip('/')}/{team}" if "://" in base else str(Path(base) / team)
-
-
-DEFAULT_SECRETS = frozenset(
-    {"", "changethis", "changeme", "secret", "password", "password1234", "minioadmin"}
-)
-
-# A bearer token of the deployment's own (the metrics token): long enough not to be guessed.
-MIN_TOKEN_CHARS = 16
-MIN_DASHBOARD_SECRET_CHARS = 32  # an HMAC-SHA256 key: 32 characters of a random string or more
-
-
-def _is_default(secret: str | None) -> bool:
-    return secret is not None and secret.strip().lower() in DEFAULT_SECRETS
-
-
-def _secret_problems(settings: Settings) -> list[str]:
-    """One line per bad secret, naming its variable (never its value)."""
-    problems: list[str] = []
-    if settings.database_url:
-        url = urlsplit(settings.database_url)
-        if url.hostname and (url.password is None or _is_default(url.password)):
-            problems.append("DATABASE_URL needs a password of its own")
-    if settings.ray_address:
-        token = settings.ray_auth_token or os.environ.get("RAY_AUTH_TOKEN")
-        token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
-        if (token is None and not token_file.is_file()) or _is_default(token):
-            problems.append("RAY_AUTH_TOKEN is unset or a default (the Ray head runs with token auth)")
-    if _is_default(settings.mlflow_tracking_password):
-        problems.append("MLFLOW_TRACKING_PASSWORD is empty or a default")
-    if _is_default(settings.aws_secret_access_key):
-        problems.append("AWS_SECRET_ACCESS_KEY is empty or a default")
-    if settings.metrics_token is not None and (
-        _is_default(settings.metrics_token) or len(settings.metrics_token.strip()) < MIN_TOKEN_CHARS
-    ):
-        problems.append(
-            f"SMARTUNE_METRICS_TOKEN is empty, a default or shorter than {MIN_TOKEN_CHARS} characters "
-            "(unset it to let admin keys only read /metrics)"
-        )
-    if settings.dashboard_secret is not None and (
-        _is_default(settings.dashboard_secret)
-        or len(settings.dashboard_secret.strip()) < MIN_DASHBOARD_SECRET_CHARS
-    ):
-        problems.append(
-            f"SMARTUNE_DASHBOARD_SECRET is empty, a default or shorter than {MIN_DASHBOARD_SECRET_CHARS} "
-            "characters (unset, the dashboard is off in production)"
-        )
-    return problems
 
 
 @lru_cache

@@ -11,7 +11,8 @@ CSRF: a forged login would sign the victim in as the attacker). A POST whose Ori
 refused before either check.
 
 Without a configured secret, development signs with a random one per process (logins end at restart);
-production keeps the dashboard off (config.py refuses a set-but-weak secret at start).
+production keeps the dashboard off (Settings refuses a set-but-weak secret at start:
+service/secret_checks.py).
 """
 
 from __future__ import annotations

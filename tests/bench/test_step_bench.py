@@ -1,4 +1,5 @@
-"""Tests for bench.step / bench.padding: a quick end-to-end run of `smartune bench step` on the tiny model.
+"""Tests for bench.step / bench.stepper / bench.padding: a quick end-to-end run of `smartune bench step`
+on the tiny model.
 
 Checks the JSON's shape, not speed: every ratio finite and positive, vanilla's ratios exactly 1.
 """
@@ -18,7 +19,8 @@ import torch
 
 from bench import clean_median, timed
 from bench.padding import fixed_batch, glue_root, padding_benchmark
-from bench.step import amortized, expand_methods, main, parse_variant
+from bench.step import amortized, expand_methods, main
+from bench.stepper import parse_variant
 from worker.contract.sources import TINY_RANDOM_ALIAS
 from worker.training.models import resolve_model
 

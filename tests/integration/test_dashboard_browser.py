@@ -2,7 +2,7 @@
 (`executable_path` at the system Chromium; never `playwright install`). Skips, saying why, where Chromium
 or Playwright is missing (`.ci/run` installs Chromium).
 
-The app runs under uvicorn in a thread (bench/dashboard.py's helpers) with an in-memory tracker. Checks
+The app runs under uvicorn in a thread (bench/served_sweep.py) with an in-memory tracker. Checks
 what is drawn against the API: as many heat-map cells as grid cells, as many curve points as trials x
 epochs, the numbers shown equal to the API's; on a running sweep a curve gains a point without a reload;
 another team's key cannot open the job page or its data; no Content-Security-Policy violation blocks a
@@ -17,16 +17,8 @@ from typing import Any
 
 import pytest
 
-from bench.dashboard import (
-    CHROMIUM_ARGS,
-    InMemoryTracker,
-    Served,
-    build_app,
-    chromium_path,
-    reveal_charts,
-    seed_sweep,
-    sign_in,
-)
+from bench.dashboard import CHROMIUM_ARGS, chromium_path, reveal_charts, sign_in
+from bench.served_sweep import InMemoryTracker, Served, build_app, seed_sweep
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 CHROMIUM = chromium_path()

@@ -137,5 +137,5 @@ def test_access_lines_get_their_parts_as_fields() -> None:
 def test_the_log_format_defaults_to_json_in_production(
     env: str, given: str | None, json_logs: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("service.config._secret_problems", lambda _settings: [])
+    monkeypatch.setattr("service.config.secret_problems", lambda _settings: [])
     assert Settings(env=env, log_format=given).json_logs is json_logs  # type: ignore[arg-type]

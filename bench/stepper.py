@@ -1,0 +1,103 @@
+"""One full training update per method, as the worker runs it: the unit every step-cost benchmark times.
+
+A step is what worker/training/loop.py::train_step does: the method's loss (smart_core.Objective over ModelFns built
+from worker.training.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
+zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
+Methods are `smart_core.METHOD_PRESETS` names, optionally with `+field=value` overrides (`parse_variant`),
+or PEER: the smart-pytorch port at our smart-rs-only settings. Shared by bench.step (time and memory per
+method), bench.memory (the memory estimate's measurements) and bench.numerics (the model it loads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bench.padding import Batch
+from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
+from worker.training.adapter import EmbeddingAdapter
+from worker.training.models import resolve_model
+
+PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
+LR = 1e-5
+PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
+
+
+def parse_variant(label: str) -> MethodConfig:
+    """A method preset with overrides: `smart`, `smart+rs_dropout=shared`, `smart+diagnostics_every=1`."""
+    name, *settings = label.split("+")
+    if name not in METHOD_PRESETS:
+        raise ValueError(f"unknown method {name!r} in {label!r}; known: {', '.join(METHOD_PRESETS)}")
+    overrides: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or key not in FIELD_TYPES:
+            raise ValueError(
+                f"{label!r}: expected METHOD+field=value with a MethodConfig field, got {setting!r}"
+            )
+        overrides[key] = FIELD_TYPES[key](raw)
+    return method_config(name, **overrides)
+
+
+FIELD_TYPES: dict[str, Callable[[str], Any]] = {
+    f.name: {"float": float, "int": int}.get(str(f.type), str) for f in dataclasses.fields(MethodConfig)
+}
+
+
+def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
+    """The benchmark's model (fp32, seeded head) and tokenizer; a classification task of `num_labels`."""
+    return resolve_model(name, num_labels=num_labels, is_regression=False, head_dropout=0.1, seed=0)
+
+
+class Stepper:
+    """One method's model copy, AdamW and objective; `step()` is one full training update."""
+
+    def __init__(self, model: nn.Module, method: str, device: torch.device) -> None:
+        self.model = model.to(device).train()
+        config = parse_variant(method) if method != PEER else None
+        site = config.perturb_site if config is not None else "embedding-output"
+        self.adapter = EmbeddingAdapter(model, is_regression=False, site=site)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
+        self.objective: Objective | None = None
+        if config is not None:  # as worker/training/session.py builds it, head diagnostics included
+            self.objective = Objective(
+                config,
+                regression=False,
+                module=model,
+                planned_updates=PLANNED_UPDATES,
+                diagnostic_params=self.adapter.head_parameters(),
+            )
+
+    def loss(self, batch: Batch, labels: Tensor) -> Tensor:
+        forward: Callable[[Tensor], Tensor] = lambda emb: self.adapter.forward_from_embeddings(batch, emb)  # noqa: E731
+        if self.objective is not None:
+            fns = ModelFns(
+                embed=lambda: self.adapter.embed(batch), forward=forward, mask=batch["attention_mask"]
+            )
+            return self.objective(fns, labels)[0]
+        from smart_pytorch import SMARTLoss, kl_loss, sym_kl_loss  # the peer: its README's recipe
+
+        smart = SMARTLoss(eval_fn=forward, loss_fn=kl_loss, loss_last_fn=sym_kl_loss, num_steps=1,
+                          step_size=1e-3, noise_var=1e-5)  # fmt: skip
+        embed = self.adapter.embed(batch)
+        clean = forward(embed)
+        return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
+
+    def step(self, batch: Batch, labels: Tensor) -> None:
+        loss = self.loss(batch, labels)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if not bool(
+            torch.isfinite(norm) & torch.isfinite(loss.detach())
+        ):  # as worker/training/loop.py: one wait
+            raise FloatingPointError(f"non-finite loss {loss.item()} or gradient norm {norm.item()}")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.objective is not None:
+            self.objective.after_update()
