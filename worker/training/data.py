@@ -8,17 +8,17 @@ Sources (see :func:`load_examples`):
 * a Hugging Face dataset id (needs the optional ``datasets`` package and, unless cached, a network).
 
 Classification labels become integer ids in the order of ``TaskSpec.labels``; regression scores
-become floats. Every problem with a file raises :class:`DataError` naming the file, the 1-based row
-(the file's line number, header included), the column and what was expected, never the offending cell or
-header: a file may be a secret that a symlink smuggled in, so no message quotes what a file holds. Every
-file is opened through :mod:`worker.training.files`, which refuses one that leads outside the data roots.
+become floats (each field is read by :mod:`worker.training.field_values`). Every problem with a file
+raises :class:`DataError` naming the file, the 1-based row (the file's line number, header included), the
+column and what was expected, never the offending cell or header: a file may be a secret that a symlink
+smuggled in, so no message quotes what a file holds. Every file is opened through
+:mod:`worker.training.files`, which refuses one that leads outside the data roots.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import IO, Any
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import LABEL_COLUMN, TaskSpec
 from worker.training.datasets import dataset_folder
+from worker.training.field_values import parse_label, parse_text
 from worker.training.files import DataError, Where, confine, open_data
 
 __all__ = ["DataError", "Example", "Where", "load_examples", "load_glue_split", "load_hub", "load_table"]
@@ -44,49 +45,6 @@ class Example:
 
     texts: tuple[str, ...]
     label: int | float
-
-
-def _kind(value: Any) -> str:
-    """What a JSON or hub value is, by type only: its content stays out of every message."""
-    names = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}
-    return "nothing (null)" if value is None else names.get(type(value), f"a {type(value).__name__}")
-
-
-def _text(value: Any, file: Where, row: int, column: str) -> str:
-    """A text field, unchanged (GLUE keeps trailing spaces); empty or non-string values are errors."""
-    if not isinstance(value, str):
-        raise DataError(f"expected text, got {_kind(value)}", file=file, row=row, column=column)
-    if not value.strip():
-        raise DataError("empty text", file=file, row=row, column=column)
-    return value
-
-
-def _label(task: TaskSpec, value: Any, file: Where, row: int, column: str) -> int | float | None:
-    """The label id (classification) or score (regression); None marks a row to drop (no gold label)."""
-    if task.labels is None:
-        try:  # a string from a file, or a JSON/hub number (bool is no score)
-            score = math.nan if isinstance(value, bool) else float(value)
-        except (TypeError, ValueError):
-            score = math.nan
-        if not math.isfinite(score):
-            raise DataError("cannot parse the regression score: expected a finite number",
-                            file=file, row=row, column=column)  # fmt: skip
-        return score
-    # JSON and the hub give integers; files give strings. Compare as text first ("0"/"1" labels).
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    text = str(value).strip() if isinstance(value, str) or is_int else None
-    if text is not None and text in task.skip_labels:
-        return None
-    if text is not None:
-        text = task.canonical_label(text)
-        if text in task.labels:
-            return task.labels.index(text)
-        # An integer that is not itself a label value is a Hugging Face ClassLabel id, whose order
-        # TaskSpec.labels follows (e.g. RTE exported with datasets: 0 = entailment).
-        if is_int and 0 <= value < len(task.labels):
-            return int(value)
-    allowed = ", ".join(repr(v) for v in task.labels)
-    raise DataError(f"unknown label: expected one of {allowed}", file=file, row=row, column=column)
 
 
 def _utf8_error(file: Where, error: UnicodeDecodeError) -> DataError:
@@ -111,8 +69,8 @@ def _collect(task: TaskSpec, records: Records, names: Mapping[str, str], file: W
     dropped = 0
     try:
         for row, get in records:
-            texts = tuple(_text(get(c), file, row, names[c]) for c in task.text_columns)
-            label = _label(task, get(LABEL_COLUMN), file, row, names[LABEL_COLUMN])
+            texts = tuple(parse_text(get(c), file, row, names[c]) for c in task.text_columns)
+            label = parse_label(task, get(LABEL_COLUMN), file, row, names[LABEL_COLUMN])
             if label is None:
                 dropped += 1
             else:

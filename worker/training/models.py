@@ -11,6 +11,8 @@ Every model is loaded in fp32 (transformers 5 defaults to ``dtype="auto"``, i.e.
 SMART's 1e-5 perturbations vanish in half precision) with a sequence-classification head whose
 initialisation is seeded, so :func:`model_digest` of a freshly resolved model is reproducible and can be
 recorded for provenance. :func:`describe_model` reports where a name resolves to without loading anything.
+Loading keeps transformers' per-load report out of the job log, bar what matters
+(worker.training.load_report).
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,18 +36,12 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.utils import logging as hf_logging
 
 from worker.contract.sources import MODEL_ALIASES, TINY_RANDOM_ALIAS, classify
 from worker.training.files import confine_tree
-
-logger = logging.getLogger(__name__)
+from worker.training.load_report import quiet_loading, report_load
 
 SourceKind = Literal["packaged", "random", "local", "hub"]
-
-
-# The one transformers logger that emits the per-load "LOAD REPORT" (a warning-level table).
-_LOAD_REPORT_LOGGER = "transformers.modeling_utils"
 
 
 def _minilm_dir() -> Path:
@@ -119,88 +113,6 @@ def source_digest(name: str) -> str:
     return digest.hexdigest()
 
 
-class _HoldLoadReport(logging.Filter):
-    """Holds back transformers' LOAD REPORT record instead of emitting it (see :func:`_quiet_loading`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.held: list[logging.LogRecord] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "LOAD REPORT" in record.getMessage():
-            self.held.append(record)
-            return False
-        return True
-
-
-@contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """Hold back the per-load report table and hide the "Loading weights" bar; nothing else is touched.
-
-    On success the held report is dropped (:func:`_report_load` re-states what matters). If loading raises
-    (transformers raises conversion errors *after* logging the report, and refers to it), the report is
-    emitted before the exception propagates, so real errors keep their details.
-    """
-
-    def hook(factory: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if kwargs.get("desc") == "Loading weights":
-            kwargs = {**kwargs, "disable": True}
-        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
-
-    report_filter = _HoldLoadReport()
-    report_logger = logging.getLogger(_LOAD_REPORT_LOGGER)
-    report_logger.addFilter(report_filter)
-    previous = hf_logging.set_tqdm_hook(hook)
-    try:
-        yield
-    except BaseException:
-        report_logger.removeFilter(report_filter)
-        for record in report_filter.held:
-            report_logger.handle(record)
-        raise
-    finally:
-        hf_logging.set_tqdm_hook(previous)
-        report_logger.removeFilter(report_filter)
-
-
-def _report_load(model: PreTrainedModel, name: str, loading_info: Mapping[str, Any]) -> None:
-    """Re-state the held-back load report, minus what is expected when fitting a new task head.
-
-    Keys outside ``base_model_prefix`` belong to the task head: an encoder checkpoint lacks it by design, and
-    a checkpoint fine-tuned on another task (the paper starts RTE/MRPC/STS-B from MNLI) has one of another
-    size; both are re-initialised (debug/info). A missing encoder key means random weights where pre-trained
-    ones were expected (warning); an encoder key of the wrong shape means the checkpoint does not fit its own
-    config (``ValueError``).
-    """
-    prefix = f"{model.base_model_prefix}."
-    missing = sorted(loading_info.get("missing_keys", ()))
-    mismatched = sorted(loading_info.get("mismatched_keys", ()))  # (key, checkpoint shape, model shape)
-    unexpected = sorted(loading_info.get("unexpected_keys", ()))
-    encoder_mismatched = [m for m in mismatched if m[0].startswith(prefix)]
-    if encoder_mismatched:
-        details = ", ".join(
-            f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in encoder_mismatched
-        )
-        raise ValueError(f"model {name!r}: encoder weights of the wrong shape: {details}")
-    head_missing = [k for k in missing if not k.startswith(prefix)]
-    encoder_missing = [k for k in missing if k.startswith(prefix)]
-    if head_missing:
-        logger.debug("model %s: newly initialised head weights (expected): %s", name, head_missing)
-    if mismatched:
-        logger.info(
-            "model %s: head re-initialised for the new label count: %s", name, [m[0] for m in mismatched]
-        )
-    if encoder_missing:
-        logger.warning(
-            "model %s: %d encoder weights missing from the checkpoint were randomly initialised: %s",
-            name,
-            len(encoder_missing),
-            encoder_missing,
-        )
-    if unexpected:  # usually pre-training heads (MLM, NSP): harmless, but worth a trace
-        logger.info("model %s: %d checkpoint weights unused: %s", name, len(unexpected), unexpected)
-
-
 def _task_overrides(num_labels: int, is_regression: bool, head_dropout: float) -> dict[str, Any]:
     """Config fields that turn an encoder config into this task's classification/regression config."""
     if not 0.0 <= head_dropout < 1.0:
@@ -259,7 +171,7 @@ def _load_pretrained(
         )
     for key, value in overrides.items():
         setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
-    with _quiet_loading():
+    with quiet_loading():
         try:
             model, loading_info = AutoModelForSequenceClassification.from_pretrained(
                 location,
@@ -267,11 +179,11 @@ def _load_pretrained(
                 local_files_only=local_only,
                 dtype=torch.float32,  # v5 default "auto" would keep a bf16/fp16 checkpoint's dtype
                 output_loading_info=True,
-                ignore_mismatched_sizes=True,  # a head of another size is re-initialised; see _report_load
+                ignore_mismatched_sizes=True,  # a head of another size is re-initialised; see report_load
             )
         except OSError as err:
             raise ValueError(f"cannot load model weights for {name!r} ({location}): {err}") from err
-    _report_load(model, name, loading_info)
+    report_load(model, name, loading_info)
     return model, tokenizer
 
 

@@ -37,7 +37,7 @@ from worker.training.parallel import data_parallel
 from worker.training.provenance import dataset_provenance, environment, files_digest
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
-from worker.tune.trainable import epoch_metrics
+from worker.tune.epoch_report import epoch_metrics
 
 Verdict = Literal["PASS", "FAIL", "NOT-COMPARABLE"]
 WALL_CLOCK = frozenset({"train_seconds", "examples_per_s", "epoch"})  # differ run to run by nature

@@ -29,6 +29,7 @@ from worker.contract.trial import TrainConfig
 from worker.training.multitask_run import STAGE_CODES, Unit, run_multitask, task_bests
 from worker.training.prepared import PreparedData
 from worker.tune.checkpoints import RestorePoint
+from worker.tune.epoch_report import Reporter, report_state  # the same writing as a single-task trial
 from worker.tune.tracking import log_metrics, log_params, retrying, set_tags
 
 TASK_TAG = "smartune.task"  # on a nested task run: the task it records
@@ -99,15 +100,13 @@ def run_multitask_trial(
     run: Run,
     job_id: str,
     restored: RestorePoint,
-    report: Any,  # worker.tune.trainable.Reporter
+    report: Reporter,
     data: dict[str, PreparedData] | None = None,
 ) -> None:
-    from worker.tune.trainable import _report_state  # the same checkpoint writing as a single-task trial
-
     task_runs = open_task_runs(client, run, job_id, plan.tasks)
     state = restored.state
     if state is not None and restored.substituted and state["history"]:
-        _report_state(report, trial_metrics(state["history"], plan), state)
+        report_state(report, trial_metrics(state["history"], plan), state)
 
     def on_unit(unit: Unit, resumable: Any) -> None:
         current = resumable()
@@ -121,7 +120,7 @@ def run_multitask_trial(
             set_tags(client, task_runs[name], {BEST_STAGE: best["stage"], BEST_EPOCH: best["epoch"]})
         metrics = trial_metrics(history, plan)
         log_metrics(client, run.info.run_id, metrics, step=unit["unit"])
-        _report_state(report, metrics, current)
+        report_state(report, metrics, current)
 
     run_multitask(config, plan, on_unit, state, data)
     for run_id in task_runs.values():

@@ -4,8 +4,9 @@ The only place (with the driver's callbacks) that talks to Tune and MLflow; the 
 `worker.training.finetune.run_training`. After every epoch the trial logs the epoch's metrics to its run, logs
 the model as the run's `best_checkpoint` artifact when the epoch is the best so far, and reports to Tune
 with a checkpoint of the whole `TrainingSession` state (weights, optimiser, scheduler, momentum teacher,
-position, RNG states, running sums) plus the epoch history. A retried or resumed trial restores that
-state, continues its own MLflow run, and ends exactly where an uninterrupted run ends (on CPU).
+position, RNG states, running sums) plus the epoch history (worker.tune.epoch_report shapes the metrics and
+writes the checkpoint). A retried or resumed trial restores that state, continues its own MLflow run, and
+ends exactly where an uninterrupted run ends (on CPU).
 The run also gets its training data as a dataset input and the node's system metrics while it trains
 (worker.tune.telemetry), and, once the last epoch is done, the best checkpoint as a transformers-flavour
 MLflow model (worker.tune.registry).
@@ -22,7 +23,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,15 @@ from worker.training.models import model_digest
 from worker.training.parallel import data_parallel
 from worker.training.prepared import PreparedData, data_key
 from worker.training.session import TrainingSession
-from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, write_state, writing
+from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, writing
+from worker.tune.epoch_report import (
+    PEAK_METRIC,
+    Reporter,
+    epoch_metrics,
+    gpu_peak,
+    report_state,
+    tune_reporter,
+)
 from worker.tune.multitask_trial import run_multitask_trial
 from worker.tune.registry import log_best_model
 from worker.tune.run_tags import provenance_tags, start_tags
@@ -72,16 +81,8 @@ from worker.tune.tracking import (
 from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
-PEAK_METRIC = "gpu_memory_peak_mb"  # torch.cuda.max_memory_allocated since the trial started, MiB
-OOM_PEAK_METRIC = "gpu_memory_oom_peak_mb"  # the same, when an allocation failed (a lower bound)
+OOM_PEAK_METRIC = "gpu_memory_oom_peak_mb"  # PEAK_METRIC's value when an allocation failed (a lower bound)
 logger = logging.getLogger(__name__)
-
-
-def gpu_peak() -> dict[str, float]:
-    """{PEAK_METRIC: MiB} on a GPU (this process's current device), else nothing."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return {}
-    return {PEAK_METRIC: torch.cuda.max_memory_allocated() / 2**20}
 
 
 @dataclass(frozen=True)
@@ -96,22 +97,6 @@ class TrialContext:
     # The driver's data confinement (`SMARTUNE_DATA_ROOTS`, ...), set in the trial's process before it reads.
     environment: tuple[tuple[str, str], ...] = ()
     system_metrics_interval: float = DEFAULT_INTERVAL  # seconds between system-metric points; 0: none
-
-
-def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
-    """One epoch as flat floats: `score` (the main dev metric, what Tune optimises), `eval_*` dev metrics,
-    `train_*` means of the objective's components (R_s, D_Breg, perturbation sizes, ...)."""
-    out = {
-        "epoch": float(record["epoch"]),
-        "score": float(record["metrics"][main]),
-        "best_score": float(best),
-        "train_loss": float(record["train_loss"]),
-        "train_seconds": float(record["train_seconds"]),
-        "examples_per_s": float(record["examples_per_s"]),
-    }
-    out |= {f"eval_{k}": float(v) for k, v in record["metrics"].items()}
-    out |= {f"train_{k}": float(v) for k, v in record["components"].items() if k != "loss"}
-    return out
 
 
 def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> None:
@@ -135,27 +120,6 @@ def _log_best(client: MlflowClient, run: Run, session: TrainingSession, record: 
             retrying(lambda: client.log_artifacts(run.info.run_id, tmp, BEST_CHECKPOINT))
     uri = f"{run.info.artifact_uri.rstrip('/')}/{BEST_CHECKPOINT}"
     set_tags(client, run.info.run_id, {BEST_CHECKPOINT_URI: uri, BEST_EPOCH: record["epoch"]})
-
-
-Reporter = Callable[[dict[str, float], Path], None]  # (epoch metrics, folder holding the epoch's state)
-
-
-def tune_reporter(metrics: dict[str, float], folder: Path) -> None:
-    """Reports the epoch to Tune; Tune copies the folder into the storage path before returning."""
-    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folder)))
-
-
-def _report_state(report: Reporter, metrics: dict[str, float], state: dict[str, Any]) -> None:
-    """The epoch's state written locally, then reported (Tune copies it into the sweep's storage). A
-    write that the file system refuses becomes a StorageError (class `storage`) naming which one."""
-    what = f"the epoch {int(metrics['epoch'])} checkpoint"
-    with writing(f"{what} to a local temporary folder"):
-        tmp_dir = tempfile.TemporaryDirectory()
-    with tmp_dir as tmp:
-        with writing(f"{what} to the local temporary folder {tmp}"):
-            write_state(Path(tmp), state)
-        with writing(f"{what} to the sweep's storage"):
-            report(metrics, Path(tmp))
 
 
 def run_trial(
@@ -203,7 +167,7 @@ def _run_rank0(
         # Tune's view of this trial is older than the state it resumes from: report the last epoch
         # again, so its results, scheduler and next checkpoint agree with the training (even when the
         # state is the last epoch's and nothing is left to train).
-        _report_state(report, epoch_metrics(history[-1], main, best), restored.state or {})
+        report_state(report, epoch_metrics(history[-1], main, best), restored.state or {})
 
     def on_epoch_end(session: TrainingSession, record: dict[str, Any], is_best: bool) -> None:
         nonlocal best
@@ -214,7 +178,7 @@ def _run_rank0(
         log_metrics(client, run_id, metrics, step=record["epoch"])
         if is_best:
             _log_best(client, run, session, record)
-        _report_state(report, metrics, {"session": session.state_dict(), "history": history})
+        report_state(report, metrics, {"session": session.state_dict(), "history": history})
 
     result = run_training(config, None, RunCallbacks(on_epoch_end=on_epoch_end), session, list(history))
     final = {

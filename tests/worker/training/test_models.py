@@ -12,12 +12,8 @@ from transformers import BertForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from worker.contract.sources import MINILM_ALIAS, MODEL_ALIASES, TINY_RANDOM_ALIAS
-from worker.training.models import (
-    _quiet_loading,
-    describe_model,
-    model_digest,
-    resolve_model,
-)
+from worker.training.load_report import quiet_loading
+from worker.training.models import describe_model, model_digest, resolve_model
 
 MINILM_WEIGHTS = Path(describe_model(MINILM_ALIAS)["path"]) / "model.safetensors"
 
@@ -166,7 +162,7 @@ def test_missing_head_report_is_silenced(
     text = caplog.text + out + err
     assert "LOAD REPORT" not in text and "Loading weights" not in text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert "classifier.weight" in caplog.text  # still traced at debug level by worker.training.models
+    assert "classifier.weight" in caplog.text  # still traced at debug level by worker.training.load_report
     # The temporary filter and tqdm hook are gone afterwards.
     assert not logging.getLogger("transformers.modeling_utils").filters
     previous = hf_logging.set_tqdm_hook(None)
@@ -234,11 +230,11 @@ def test_head_of_another_task_is_reinitialised(tmp_path: Path) -> None:
 def test_held_report_is_emitted_only_when_loading_fails(caplog: pytest.LogCaptureFixture) -> None:
     report_logger = logging.getLogger("transformers.modeling_utils")
     caplog.set_level(logging.WARNING)
-    with _quiet_loading():
+    with quiet_loading():
         report_logger.warning("X LOAD REPORT: benign")
         report_logger.warning("another warning passes")
     assert "benign" not in caplog.text and "another warning passes" in caplog.text
-    with pytest.raises(RuntimeError, match="see the above report"), _quiet_loading():
+    with pytest.raises(RuntimeError, match="see the above report"), quiet_loading():
         report_logger.warning("X LOAD REPORT: details of a real error")
         raise RuntimeError("see the above report")
     assert "details of a real error" in caplog.text

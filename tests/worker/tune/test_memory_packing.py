@@ -17,8 +17,8 @@ from ray import cloudpickle, tune
 from worker.contract.errors import classify
 from worker.contract.spec import JobSpec
 from worker.tune import sweep
+from worker.tune.epoch_report import gpu_peak
 from worker.tune.placement import check_resources
-from worker.tune.trainable import gpu_peak
 from worker.tune.tuning import (
     GPU_MEMORY,
     AloneAfterOom,
