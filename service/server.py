@@ -2,9 +2,8 @@
 
 Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
 uvicorn, and on exit stops the head it started unless `keep_ray` is set, then requeues the jobs that head
-ran as a planned stop (service.planned_stop). The job store, MLflow store and
-Tune storage live in the data directory; `<data dir>/run/` records the running processes for
-`smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
+ran as a planned stop (service.planned_stop). The job store, MLflow store and Tune storage live in the
+data directory; `<data dir>/run/` records the running processes for `smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
 access lines included.
 """
 
@@ -62,9 +61,8 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
             else:
                 print("smartune: stopping the Ray head it started", flush=True)  # noqa: T201
                 local_head.stop(head)
-                requeued = planned_stop.requeue_in_store(settings)
-                said = f"requeued {len(requeued)} running job(s); they resume at the next start"
-                if requeued:
+                if requeued := planned_stop.requeue_in_store(settings):
+                    said = f"requeued {len(requeued)} running job(s); they resume at the next start"
                     print(f"smartune: {said}", flush=True)  # noqa: T201
 
 
