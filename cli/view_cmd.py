@@ -84,6 +84,25 @@ def _summary(summary: dict[str, Any], job_id: str) -> None:
         print(f"{cell.get('n', 0):>3}  {mean_s:>8}  {std_s:>8}  {_params(cell.get('params'))}")
     for error in summary.get("errors") or []:
         print(f"error: trial {error.get('trial_id')} ({error.get('error_class')}): {error.get('error')}")
+    tasks = summary.get("tasks") or {}
+    if tasks:  # a multitask job: each task's best, and its own registered model
+        print(f"{'TASK':<8}  {'BEST':>8}  {'STAGE':<8}  {'EPOCH':>5}  {'TRIAL':<12}  MODEL")
+        for name, result in sorted(tasks.items()):
+            value = result.get("value")
+            print(f"{name:<8}  {'-' if value is None else f'{value:.4f}':>8}  {result.get('stage') or '-':<8}  "
+                  f"{result.get('epoch') or '-':>5}  {result.get('trial_id') or '-':<12}  "
+                  f"{_model(result.get('registered_model'))}")  # fmt: skip
+    elif summary.get("registered_model"):
+        print(f"model: {_model(summary['registered_model'])}")
+
+
+def _model(registered: Any) -> str:
+    """A registered model as `models:/<name>@best (version N)`, or why there is none."""
+    if not isinstance(registered, dict):
+        return "-"
+    if registered.get("version") is None:
+        return f"not registered: {registered.get('error') or '-'}"
+    return f"{registered.get('uri')} (version {registered['version']})"
 
 
 def _pool(view: dict[str, Any]) -> None:

@@ -22,11 +22,15 @@ _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w.~/-])(?:~|/)(?:[^\s'\",;:()\[\]{}]*)")
 
 _SUMMARY_KEYS = (
-    "job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors", "registered_model"
+    "job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors", "registered_model",
+    "tasks",
 )  # fmt: skip
 _REGISTERED_KEYS = ("name", "alias", "version", "uri", "error")  # the registry entry; its error text scrubbed
 _CELL_KEYS = ("params", "n", "mean", "std", "trial_ids")
-_BEST_KEYS = ("params", "value", "run_id", "trial_id")
+_BEST_KEYS = ("params", "value", "run_id", "trial_id", "tasks")
+# A multitask job's per-task result (worker.tune.summary): over the job (`tasks`) or the best trial's own
+# (`best.tasks`); the first also names its trial and, once registered, the task's registered model.
+_TASK_KEYS = ("value", "stage", "epoch", "trial_id", "run_id", "seed", "registered_model")
 _ERROR_KEYS = ("trial_id", "run_id", "error_class", "error")  # why a trial failed; its text scrubbed
 
 
@@ -62,6 +66,28 @@ def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return picked
 
 
+def _registered(entry: Any) -> Any:
+    if not isinstance(entry, Mapping):
+        return entry
+    out = _pick(entry, _REGISTERED_KEYS)
+    if isinstance(out.get("error"), str):
+        out["error"] = tenant_text(out["error"])
+    return out
+
+
+def _tasks(tasks: Any) -> dict[str, Any]:
+    """task -> its result, as listed in _TASK_KEYS (a task's registered model as the job's)."""
+    if not isinstance(tasks, Mapping):
+        return {}
+    out = {}
+    for name, result in tasks.items():
+        picked = _pick(result, _TASK_KEYS)
+        if "registered_model" in picked:
+            picked["registered_model"] = _registered(picked["registered_model"])
+        out[str(name)] = picked
+    return out
+
+
 def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The sweep summary without `tracking_uri`, checkpoint locations or anything not listed above."""
     out = _pick(summary, _SUMMARY_KEYS)
@@ -69,10 +95,12 @@ def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out["cells"] = [_pick(cell, _CELL_KEYS) for cell in out["cells"]]
     if out.get("best") is not None:
         out["best"] = _pick(out["best"], _BEST_KEYS)
-    if isinstance(out.get("registered_model"), Mapping):
-        out["registered_model"] = _pick(out["registered_model"], _REGISTERED_KEYS)
-        if isinstance(out["registered_model"].get("error"), str):
-            out["registered_model"]["error"] = tenant_text(out["registered_model"]["error"])
+        if "tasks" in out["best"]:
+            out["best"]["tasks"] = _tasks(out["best"]["tasks"])
+    if "registered_model" in out:
+        out["registered_model"] = _registered(out["registered_model"])
+    if "tasks" in out:
+        out["tasks"] = _tasks(out["tasks"])
     if isinstance(out.get("errors"), list):
         out["errors"] = [_pick(e, _ERROR_KEYS) for e in out["errors"]]
         for error in out["errors"]:

@@ -22,6 +22,7 @@ from service.api.redact import public_audit, tenant_text
 from service.api.views import job_detail, job_public
 from service.config import Settings
 from service.dashboard import paper
+from service.dashboard.tasks import task_rows
 from service.errors import ApiError, not_found
 from service.models import FINAL_STATES, Job, JobState
 from service.series import mean_std
@@ -149,6 +150,7 @@ def job_page(session: Session, settings: Settings, principal: Principal, job: Jo
         "best": best,
         "best_spec": best_spec(detail["spec"], best["params"]) if best else None,
         "paper": paper.beside(detail["spec"], cells),
+        "tasks": task_rows(trials, job.summary),  # a multitask job's per-task results; else none
         "axes": swept,
         "regularizer_keys": [k for k in metric_keys if k.startswith("train_") and k not in NOT_REGULARIZER],
         "is_smart": str(detail["spec"].get("method", "")).startswith("smart"),

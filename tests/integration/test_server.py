@@ -67,6 +67,23 @@ def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server
     assert all(m["recorded"] == m["rerun"] for m in report["trials"][0]["metrics"])
 
 
+def test_a_multitask_job_gives_each_task_its_result_and_registered_model(server: Server) -> None:
+    """MT-DNN-SMART through the real server: REST results per task, each task's best model registered."""
+    api = Api(server, Api(server, server.admin_key()).team_key("nlp"))
+    one_cell = {"axes": {"learning_rate": {"type": "grid", "values": [5e-4]}}}
+    spec = tiny_spec(task=["rte", "stsb"], multitask={"sampling": "round-robin", "finetune_epochs": 1},
+                     search_space=one_cell)  # fmt: skip
+    job_id = api.submit(spec)
+    job = api.wait(job_id, lambda j: j["state"] in FINAL)
+    assert job["state"] == "SUCCEEDED", job["message"]
+    results = api("GET", f"/api/v1/jobs/{job_id}/results").json()
+    assert set(results["tasks"]) == set(results["best"]["tasks"]) == {"rte", "stsb"}
+    for task, result in results["tasks"].items():
+        assert result["stage"] in ("joint", "finetune") and result["trial_id"] == results["best"]["trial_id"]
+        assert result["registered_model"] == {"name": f"smartune-{job_id}-{task}", "alias": "best",
+                                              "version": "1", "uri": f"models:/smartune-{job_id}-{task}@best"}  # fmt: skip
+
+
 def test_auth_negatives_over_http(server: Server) -> None:
     admin = Api(server, server.admin_key())
     mine, theirs = Api(server, admin.team_key("alpha")), Api(server, admin.team_key("beta"))

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from service.engine import Engine
 from tests.service.dashboard_utils import csrf_of, logged_in, sweep
-from tests.service.fakes import FakeRay, FakeTracker
+from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import spec, submit
 
 
@@ -194,3 +194,46 @@ def test_a_paper_preset_shows_the_papers_number_beside_ours(
     assert len(rows) == 4  # renorm is not in the paper's table
     plain = client.get(f"/ui/jobs/{submit(client, team_key)['id']}").text
     assert 'id="paper"' not in plain  # no preset, no paper column
+
+
+def test_a_multitask_job_shows_each_task_live_then_with_its_registered_model(
+    client: TestClient, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker, team_key: str
+) -> None:
+    body = spec(
+        task=["rte", "stsb"], multitask={"sampling": "round-robin", "finetune_epochs": 1}, seeds=[1, 2]
+    )
+    job_id = submit(client, team_key, body)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "RUNNING")
+    for trial, seed, rte, stsb in (("t1", 1, 0.61, 0.70), ("t2", 2, 0.58, 0.74)):
+        metrics = {"tasks/rte/best_score": rte, "tasks/rte/best_stage": 1.0, "tasks/rte/best_epoch": 1.0,
+                   "tasks/stsb/best_score": stsb, "tasks/stsb/best_stage": 0.0, "tasks/stsb/best_epoch": 2.0}  # fmt: skip
+        fake_tracker.log_trial(job_id, trial, "RUNNING", (rte + stsb) / 2, epoch=3, params={"seed": seed},
+                               metrics=metrics)  # fmt: skip
+    engine.tick()
+    logged_in(client, team_key)
+
+    def rows() -> dict[str, str]:
+        section = client.get(f"/ui/jobs/{job_id}").text.split('id="tasks"')[1].split("</section>")[0]
+        return {r.split("<th>")[1].split("</th>")[0]: r for r in section.split("<tr>")[2:]}
+
+    live = rows()
+    assert set(live) == {"rte", "stsb"}
+    assert "<td>0.61</td><td>finetune</td><td>1</td><td>t1</td><td>1</td>" in live["rte"]  # the better trial
+    assert "<td>0.74</td><td>joint</td><td>2</td><td>t2</td><td>2</td>" in live["stsb"]
+
+    summary = summary_for(job_id)
+    summary["tasks"] = {
+        "rte": {"value": 0.61, "stage": "finetune", "epoch": 1, "trial_id": "t1", "run_id": "r1", "seed": 1,
+                "registered_model": {"name": f"smartune-{job_id}-rte", "alias": "best", "version": "1",
+                                     "uri": f"models:/smartune-{job_id}-rte@best"}},
+        "stsb": {"value": 0.74, "stage": "joint", "epoch": 2, "trial_id": "t2", "run_id": "r2", "seed": 2,
+                 "registered_model": {"name": f"smartune-{job_id}-stsb", "version": None, "error": "store /srv/x down"}},
+    }  # fmt: skip
+    fake_tracker.summaries[job_id] = summary
+    fake_ray.set(f"{job_id}-a1", "SUCCEEDED")
+    engine.tick()
+    final = rows()
+    assert f"<code>models:/smartune-{job_id}-rte@best</code>" in final["rte"]
+    assert "store &lt;path&gt; down" in final["stsb"]  # the reason, without the server's path
+    assert 'id="tasks"' not in client.get(f"/ui/jobs/{submit(client, team_key)['id']}").text  # one task: none

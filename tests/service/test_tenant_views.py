@@ -211,3 +211,25 @@ def test_the_registered_model_is_shown_without_run_ids_or_paths() -> None:
     shown = public_summary(summary)["registered_model"]
     assert shown == {"name": "smartune-job-1", "alias": "best", "version": "2", "uri": "models:/smartune-job-1@best",
                      "error": "see <path>"}  # fmt: skip
+
+
+def test_a_multitask_summary_shows_each_task_without_paths() -> None:
+    """`tasks` (over the job) and `best.tasks` (the best trial's own) reach a tenant; nothing unlisted does."""
+    registered = {"name": "smartune-job-1-rte", "alias": "best", "version": "1", "uri": "models:/smartune-job-1-rte@best",
+                  "model_uri": "models:/m-1", "run_id": "r9", "error": None}  # fmt: skip
+    summary = summary_for("job-1")
+    summary["tasks"] = {
+        "rte": {"value": 0.61, "stage": "finetune", "epoch": 2, "trial_id": "t1", "run_id": "r1", "seed": 1,
+                "registered_model": registered, "checkpoint": f"{SERVER_PATH}/c"},
+        "stsb": {"value": 0.8, "stage": "joint", "epoch": 3, "trial_id": "t2", "run_id": "r2", "seed": 2},
+    }  # fmt: skip
+    summary["best"]["tasks"] = {"rte": {"value": 0.6, "stage": "joint", "epoch": 1, "path": SERVER_PATH}}
+    out = public_summary(summary)
+    assert out["tasks"]["stsb"] == summary["tasks"]["stsb"]
+    assert out["tasks"]["rte"]["registered_model"] == {
+        "name": "smartune-job-1-rte", "alias": "best", "version": "1", "uri": "models:/smartune-job-1-rte@best",
+        "error": None,
+    }  # fmt: skip
+    assert "checkpoint" not in out["tasks"]["rte"]
+    assert out["best"]["tasks"] == {"rte": {"value": 0.6, "stage": "joint", "epoch": 1}}
+    assert public_summary(summary_for("job-1") | {"tasks": "odd"})["tasks"] == {}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.contract.tasks import TaskSpec
 from worker.contract.trial import TrainConfig
 from worker.training.loop import StepCallback, evaluate, train_epoch
 from worker.training.models import describe_model, model_digest, set_label_names
@@ -31,12 +32,17 @@ class RunCallbacks:
 
 
 def save_checkpoint(session: TrainingSession, directory: Path) -> Path:
-    """The model as a Hugging Face folder: model.safetensors, config.json (with the task's label names as
-    id2label/label2id) and the tokenizer."""
+    """The session's model as a Hugging Face folder (`save_model`)."""
+    return save_model(session.model, session.task, session.tokenizer, directory)
+
+
+def save_model(model: Any, task: TaskSpec, tokenizer: Any, directory: Path) -> Path:
+    """A task's model as a Hugging Face folder: model.safetensors, config.json (with the task's label names
+    as id2label/label2id) and the tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
-    set_label_names(session.model.config, session.task.labels)
-    session.model.save_pretrained(directory)
-    session.tokenizer.save_pretrained(directory)
+    set_label_names(model.config, task.labels)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
     return directory
 
 

@@ -8,9 +8,10 @@ that task's head trains alone as an ordinary TrainingSession with the same metho
 fresh optimiser, schedule and teacher, for `finetune_epochs` epochs.
 
 Progress goes out in epoch *units*: each joint epoch is one, each (task, fine-tuning epoch) is one; a unit
-carries the epoch records of its tasks (as `run_training` makes them) and a thunk giving the state to
+carries the epoch records of its tasks (as `run_training` makes them), a thunk giving the state to
 resume from after it (`{"session": ..., "history": [units so far]}`), so a checkpoint per unit resumes the
-run exactly on CPU. No files, no logging here.
+run exactly on CPU, and a writer of one task's model as it stands after the unit (a Hugging Face folder:
+the shared encoder and that task's head, or the fine-tuned copy). No logging here; files only on request.
 """
 
 from __future__ import annotations
@@ -19,20 +20,23 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
 
 import torch
 
 from worker.contract.multitask import MultitaskPlan
 from worker.contract.trial import TrainConfig
-from worker.training.finetune import RunCallbacks, run_training
+from worker.training.finetune import RunCallbacks, run_training, save_checkpoint, save_model
 from worker.training.loop import evaluate, train_step
 from worker.training.multitask_session import MultiTaskSession
 from worker.training.prepared import PreparedData
 from worker.training.session import TrainingSession, seed_everything
 
 Unit = dict[str, Any]  # {"stage": "joint"|"finetune", "unit": n, "epoch": k, "records": {task: epoch record}}
-UnitCallback = Callable[[Unit, Callable[[], dict[str, Any]]], None]  # (the unit, its resumable state)
+ModelWriter = Callable[[str, Path], Path]  # (task, folder) -> the folder, holding that task's model now
+Resumable = Callable[[], dict[str, Any]]  # the state to resume from after the unit
+UnitCallback = Callable[[Unit, Resumable, ModelWriter], None]
 STAGE_CODES = {"joint": 0, "finetune": 1}  # a stage as a number (Tune metrics are numbers)
 
 
@@ -112,7 +116,12 @@ def run_multitask(
     session = MultiTaskSession.build(config, plan, data)
     saved: dict[str, Any] = state["session"] if state is not None else {"stage": "joint", "joint": None}
     history: list[Unit] = list(state["history"]) if state is not None else []
-    notify = on_unit or (lambda _unit, _state: None)
+    notify = on_unit or (lambda _unit, _state, _writer: None)
+
+    def write_joint(name: str, directory: Path) -> Path:
+        part = session.parts[name]
+        return save_model(part.model, part.task, session.tokenizer, directory)
+
     if saved["stage"] == "joint":
         if saved["joint"] is not None:
             session.load_state_dict(saved["joint"])
@@ -131,7 +140,7 @@ def run_multitask(
             else:
                 next_state = {"stage": "finetune", "shared": session.state_dict()["model"], "task_index": 0,
                               "task_session": None}  # fmt: skip
-            notify(unit, lambda s=next_state: {"session": s, "history": list(history)})  # type: ignore[misc]
+            notify(unit, lambda s=next_state: {"session": s, "history": list(history)}, write_joint)  # type: ignore[misc]
         shared = session.state_dict()["model"]
         start, task_state = 0, None
     else:
@@ -177,6 +186,7 @@ def _finetune_task(
         last = finetuned.position.epoch >= task_config.epochs
         next_state = {"stage": "finetune", "shared": shared, "task_index": index + 1 if last else index,
                       "task_session": None if last else finetuned.state_dict()}  # fmt: skip
-        notify(unit, lambda: {"session": next_state, "history": list(history)})
+        notify(unit, lambda: {"session": next_state, "history": list(history)},
+               lambda _task, directory: save_checkpoint(finetuned, directory))  # fmt: skip
 
     run_training(task_config, None, RunCallbacks(on_epoch_end=on_epoch_end), session, done)

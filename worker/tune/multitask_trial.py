@@ -10,8 +10,12 @@ epoch, or one fine-tuning epoch of one task):
 - the trial's run gets `epoch` (the unit), `score` (the mean over tasks of each task's latest dev score),
   `best_score` (the mean of each task's best) and `tasks/<task>/best_score|best_stage|best_epoch`, at
   step = unit, and Tune gets the same with a checkpoint of the whole state: a retried trial resumes at
-  its last unit, exactly (CPU).
-No model is logged or registered for a multitask trial (its result is one model per task).
+  its last unit, exactly (CPU);
+- a task whose dev score beat its best so far gets its model as it stands (the shared encoder and its
+  head in the joint stage, its fine-tuned copy after) as its run's `best_checkpoint`
+  (worker.tune.best_model); once the trial has trained to its end, each task's run logs that checkpoint
+  as an MLflow model. At the end of the sweep, each task's best model over the trials is registered as
+  `smartune-<job id>-<task>` with the alias `best` (`register_task_bests`).
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from worker.contract.multitask import MultitaskPlan
-from worker.contract.tags import BEST_EPOCH, JOB, KIND, PARENT
+from worker.contract.tags import BEST_EPOCH, JOB, KIND, MODEL_URI, PARENT
+from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
-from worker.training.multitask_run import STAGE_CODES, Unit, run_multitask, task_bests
+from worker.training.multitask_run import STAGE_CODES, ModelWriter, Unit, run_multitask, task_bests
 from worker.training.prepared import PreparedData
+from worker.tune.best_model import log_best_checkpoint, log_model
 from worker.tune.checkpoints import RestorePoint
 from worker.tune.epoch_report import Reporter, report_state  # the same writing as a single-task trial
+from worker.tune.registry import ALIAS, register_best, registered_model_name
 from worker.tune.tracking import log_metrics, log_params, retrying, set_tags
 
 TASK_TAG = "smartune.task"  # on a nested task run: the task it records
@@ -37,15 +44,21 @@ BEST_STAGE = "smartune.best_stage"  # on a nested task run: "joint" or "finetune
 TASK_KIND = "task"
 
 
+def task_runs_of(client: MlflowClient, experiment_id: str, trial_run_id: str) -> dict[str, Run]:
+    """task -> the nested task run under the trial's run `trial_run_id`, as far as they exist."""
+    found = retrying(
+        lambda: client.search_runs(
+            [experiment_id], f"tags.`{PARENT}` = '{trial_run_id}' and tags.`{KIND}` = '{TASK_KIND}'"
+        )
+    )
+    return {r.data.tags[TASK_TAG]: r for r in found if TASK_TAG in r.data.tags}
+
+
 def open_task_runs(client: MlflowClient, run: Run, job_id: str, tasks: tuple[str, ...]) -> dict[str, str]:
     """task -> run id of its nested run under the trial's `run` (found again on a retry, else created)."""
     trial_id = run.info.run_id
-    found = retrying(
-        lambda: client.search_runs(
-            [run.info.experiment_id], f"tags.`{PARENT}` = '{trial_id}' and tags.`{KIND}` = '{TASK_KIND}'"
-        )
-    )
-    out = {r.data.tags[TASK_TAG]: r.info.run_id for r in found if TASK_TAG in r.data.tags}
+    found = task_runs_of(client, run.info.experiment_id, trial_id)
+    out = {task: found_run.info.run_id for task, found_run in found.items()}
     for task in tasks:
         if task in out:
             retrying(lambda r=out[task]: client.update_run(r, status="RUNNING"))
@@ -57,7 +70,8 @@ def open_task_runs(client: MlflowClient, run: Run, job_id: str, tasks: tuple[str
             )
         )
         out[task] = created.info.run_id
-        log_params(client, created.info.run_id, {"task": task})
+        carried = {k: run.data.params[k] for k in ("model", "method") if k in run.data.params}
+        log_params(client, created.info.run_id, {"task": task} | carried)  # what the model card names
     return out
 
 
@@ -104,19 +118,27 @@ def run_multitask_trial(
     data: dict[str, PreparedData] | None = None,
 ) -> None:
     task_runs = open_task_runs(client, run, job_id, plan.tasks)
+    artifact_uris = {name: retrying(lambda r=run_id: client.get_run(r)).info.artifact_uri
+                     for name, run_id in task_runs.items()}  # fmt: skip
     state = restored.state
     if state is not None and restored.substituted and state["history"]:
         report_state(report, trial_metrics(state["history"], plan), state)
+    trained = False
 
-    def on_unit(unit: Unit, resumable: Any) -> None:
+    def on_unit(unit: Unit, resumable: Any, write: ModelWriter) -> None:
+        nonlocal trained
+        trained = True
         current = resumable()
         history = current["history"]
         for name, record in unit["records"].items():
             log_metrics(client, task_runs[name], task_metrics(unit, record), step=unit["epoch"])
         bests = task_bests(history, plan)
-        for name in unit["records"]:
+        for name, record in unit["records"].items():
             best = bests[name]
             log_metrics(client, task_runs[name], {"best_score": best["value"]}, step=unit["unit"])
+            if best["unit"] == unit["unit"]:  # this unit is the task's best so far: keep its model
+                log_best_checkpoint(client, task_runs[name], artifact_uris[name], best["epoch"],
+                                    record["metrics"], lambda folder, n=name: write(n, folder))  # fmt: skip
             set_tags(client, task_runs[name], {BEST_STAGE: best["stage"], BEST_EPOCH: best["epoch"]})
         metrics = trial_metrics(history, plan)
         log_metrics(client, run.info.run_id, metrics, step=unit["unit"])
@@ -124,4 +146,31 @@ def run_multitask_trial(
 
     run_multitask(config, plan, on_unit, state, data)
     for run_id in task_runs.values():
+        # Once per trial, at its end (a restart that trained nothing more: only if not logged before).
+        if trained or MODEL_URI not in retrying(lambda r=run_id: client.get_run(r)).data.tags:
+            log_model(client, run_id)
         retrying(lambda r=run_id: client.set_terminated(r, "FINISHED"))
+
+
+def register_task_bests(
+    client: MlflowClient, job_id: str, experiment_id: str, tasks: Mapping[str, dict[str, Any]]
+) -> None:
+    """Each task's best model over the trials (the summary's `tasks`: task -> its best trial's `run_id`,
+    `trial_id`, ...) registered as `smartune-<job id>-<task>` with the alias `best`; each entry gets the
+    outcome as `registered_model` (with `error` when it failed). Never raises."""
+    for task, result in tasks.items():
+        name = registered_model_name(job_id, task)
+        try:
+            task_run = task_runs_of(client, experiment_id, str(result["run_id"])).get(task)
+        except Exception as err:  # the store is down: the registration fails, not the sweep
+            result["registered_model"] = {"name": name, "alias": ALIAS, "version": None,
+                                          "error": f"{type(err).__name__}: {err}"[:1000]}  # fmt: skip
+            continue
+        if task_run is None:
+            result["registered_model"] = {"name": name, "alias": ALIAS, "version": None,
+                                          "error": f"the best trial has no run for {task}"}  # fmt: skip
+            continue
+        best = {"run_id": task_run.info.run_id, "trial_id": result.get("trial_id")}
+        result["registered_model"] = register_best(
+            client, job_id, best, get_task(task).main_metric, task=task
+        )

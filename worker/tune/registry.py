@@ -19,7 +19,8 @@ sweep's best trial in the model registry under an alias.
   `-`) and points the alias `best` at it, so `models:/smartune-<job id>@best` always loads the job's best
   model; a later attempt that finds another best moves the alias, one that finds the same reuses its
   version. A best trial without a logged model (stopped early by ASHA or the time budget before its end)
-  gets one first, from its `best_checkpoint`. Nothing here may fail the sweep: `register_best` returns
+  gets one first, from its `best_checkpoint`. A multitask job registers each task's best model instead,
+  as `smartune-<job id>-<task>` (worker.tune.multitask_trial). Nothing here may fail the sweep: `register_best` returns
   the outcome, with the reason when it failed, for the summary.
 
 MLflow's flavour reads the process-wide tracking URI in places (the logged model's status, the SQL
@@ -31,6 +32,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -61,9 +63,12 @@ _PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 _REQUIREMENTS = ("transformers", "torch", "tokenizers", "safetensors")  # what loading the model needs
 
 
-def registered_model_name(job_id: str) -> str:
-    """The registered model of a job: `smartune-<job id>` (one per job, whatever its attempts)."""
-    return f"smartune-{job_id}"
+def registered_model_name(job_id: str, task: str | None = None) -> str:
+    """The registered model of a job: `smartune-<job id>` (one per job, whatever its attempts); of one task
+    of a multitask job, `smartune-<job id>-<task>` (other characters of the task's name as `-`)."""
+    if task is None:
+        return f"smartune-{job_id}"
+    return f"smartune-{job_id}-{re.sub(r'[^A-Za-z0-9._-]', '-', task)}"
 
 
 def _requirements() -> list[str]:
@@ -100,7 +105,7 @@ def _model_card(run: Run, epoch: int, labels: Mapping[int, str]) -> Any:
     score = metrics.get("best_score")
     text = (
         f"---\nlibrary_name: transformers\npipeline_tag: {PIPELINE_TASK}\ntags:\n- smartune\n---\n"
-        f"# {tags.get(JOB, '?')} / trial {tags.get(TRIAL, '?')}\n\n"
+        f"# {tags.get(JOB, '?')} / {f'trial {tags[TRIAL]}' if TRIAL in tags else run.info.run_name}\n\n"
         f"Fine-tuned by smartune on `{params.get('task', '?')}` from `{params.get('model', '?')}` with "
         f"method `{params.get('method', '?')}`. This is epoch {epoch}, the best on the dev split"
         + (f" (main metric {score:.4f})" if score is not None else "")
@@ -163,12 +168,18 @@ def _version_of(client: MlflowClient, name: str, model_id: str) -> str | None:
 
 
 def register_best(
-    client: MlflowClient, job_id: str, best: Mapping[str, Any] | None, main_metric: str
+    client: MlflowClient,
+    job_id: str,
+    best: Mapping[str, Any] | None,
+    main_metric: str,
+    task: str | None = None,
 ) -> dict[str, Any]:
-    """Registers the best trial's model under `smartune-<job id>` with the alias `best`. Returns what the
-    summary records: name, alias and version (None when nothing was registered, with `error` saying why);
-    never raises."""
-    name = registered_model_name(job_id)
+    """Registers the best trial's model under `smartune-<job id>` with the alias `best` (for one `task` of
+    a multitask job, `best["run_id"]` is that task's run and the name `smartune-<job id>-<task>`). Returns
+    what the summary records: name, alias and version (None when nothing was registered, with `error`
+    saying why); never raises."""
+    name = registered_model_name(job_id, task)
+    what = "trial" if task is None else f"model for {task}"
     record: dict[str, Any] = {"name": name, "alias": ALIAS, "version": None}
     if best is None or not best.get("run_id"):
         return record | {"error": "no trial completed: nothing to register"}
@@ -189,7 +200,7 @@ def register_best(
                 )
             client.set_registered_model_tag(name, JOB, job_id)
             client.update_registered_model(
-                name, description=f"The best trial of smartune job {job_id} by {main_metric} on dev."
+                name, description=f"The best {what} of smartune job {job_id} by {main_metric} on dev."
             )
             client.set_registered_model_alias(name, ALIAS, version)
     except Exception as err:

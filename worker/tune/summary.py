@@ -12,7 +12,9 @@ listed in their cell but not averaged. `std` is the sample standard deviation (n
 
 A multitask job (the spec's `multitask` block) adds `tasks`: per task, the best dev score over all its
 trials with the trial, the stage (`joint` or `finetune`) and the epoch within that stage; and its best
-trial (by the mean over tasks of each task's best) carries its own per-task results as `best.tasks`.
+trial (by the mean over tasks of each task's best) carries its own per-task results as `best.tasks`. The
+driver then adds each task's registered model as `tasks.<task>.registered_model`
+(worker.tune.multitask_trial.register_task_bests).
 """
 
 from __future__ import annotations

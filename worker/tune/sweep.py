@@ -6,7 +6,8 @@
 attempt N+1 restores attempt N's experiment (unfinished and errored trials resume from their last
 checkpoints) instead of starting over. At the end the best trial's model is registered in the MLflow model
 registry as `smartune-<job id>` with the alias `best` (worker.tune.registry; the summary's
-`registered_model` says which version, or why not). Exit codes: 0 when the sweep ran and at least one trial completed
+`registered_model` says which version, or why not); a multitask job's best model of each task as
+`smartune-<job id>-<task>` (`tasks.<task>.registered_model`). Exit codes: 0 when the sweep ran and at least one trial completed
 (the summary JSON is the last line of stdout), 3 when it ran but no trial completed (the summary still
 comes last; the reason is on stderr), 2 for an invalid spec (before Ray starts), 1 when the sweep could
 not run, 130 when interrupted (rerun the same job id to resume).
@@ -35,6 +36,7 @@ from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
 from worker.training.files import confinement_environment
 from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
+from worker.tune.multitask_trial import register_task_bests
 from worker.tune.outcomes import collect_outcomes, main_metric_of
 from worker.tune.placement import check_resources, trial_resources
 from worker.tune.preflight import preflight
@@ -190,9 +192,10 @@ def run_sweep(
                             main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
     if spec.multitask is None:
         registered = register_best(client, job_id, summary["best"], summary["main_metric"])  # never raises
-    else:  # one model per task: nothing is registered (worker.tune.multitask_trial)
+    else:  # one registered model per task, in `tasks.<task>.registered_model` (worker.tune.multitask_trial)
+        register_task_bests(client, job_id, target.experiment_id, summary.get("tasks", {}))  # never raises
         registered = {"name": None, "alias": None, "version": None,
-                      "error": "a multitask trial keeps one model per task; nothing is registered"}  # fmt: skip
+                      "error": "a multitask job registers one model per task: see tasks.<task>.registered_model"}  # fmt: skip
     summary["registered_model"] = registered
     set_tags(client, parent_id, registry_tags(registered))
     if registered["version"] is not None:  # an earlier attempt's registry failure no longer holds

@@ -18,14 +18,11 @@ allocated memory (`gpu_memory_peak_mb`) with every epoch and, when it runs out o
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -40,14 +37,10 @@ from worker.contract.grid import ResolvedTrial, cell_key
 from worker.contract.multitask import PLAN_KEY, MultitaskPlan
 from worker.contract.tags import (
     ATTEMPT,
-    BEST_CHECKPOINT,
-    BEST_CHECKPOINT_URI,
-    BEST_EPOCH,
     CELL,
     ERROR_ATTEMPT,
     ERROR_CLASS,
     ERROR_MESSAGE,
-    MODEL_ERROR,
     MODEL_URI,
 )
 from worker.contract.trial import TrainConfig
@@ -56,7 +49,8 @@ from worker.training.models import model_digest
 from worker.training.parallel import data_parallel
 from worker.training.prepared import PreparedData, data_key
 from worker.training.session import TrainingSession
-from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder, writing
+from worker.tune.best_model import log_best_checkpoint, log_model
+from worker.tune.checkpoints import RestorePoint, restore_point, trial_folder
 from worker.tune.epoch_report import (
     PEAK_METRIC,
     Reporter,
@@ -66,7 +60,6 @@ from worker.tune.epoch_report import (
     tune_reporter,
 )
 from worker.tune.multitask_trial import run_multitask_trial
-from worker.tune.registry import log_best_model
 from worker.tune.run_tags import provenance_tags, start_tags
 from worker.tune.telemetry import DEFAULT_INTERVAL, log_training_data, system_metrics
 from worker.tune.tracking import (
@@ -75,14 +68,12 @@ from worker.tune.tracking import (
     flat_params,
     log_metrics,
     open_trial_run,
-    retrying,
     set_tags,
 )
 from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
 OOM_PEAK_METRIC = "gpu_memory_oom_peak_mb"  # PEAK_METRIC's value when an allocation failed (a lower bound)
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,21 +96,6 @@ def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> No
     if tags.get(ERROR_ATTEMPT) == str(attempt) and tags.get(ERROR_CLASS) in NON_RETRYABLE:
         raise RepeatedFailure(tags[ERROR_CLASS], tags.get(ERROR_MESSAGE, ""))  # type: ignore[arg-type]
     clear_tags(client, run, _ERROR_TAGS)
-
-
-def _log_best(client: MlflowClient, run: Run, session: TrainingSession, record: Mapping[str, Any]) -> None:
-    with writing(f"the best model (epoch {record['epoch']}) to a local temporary folder"):
-        tmp_dir = tempfile.TemporaryDirectory()
-    with tmp_dir as tmp:
-        with writing(f"the best model (epoch {record['epoch']}) to the local temporary folder {tmp}"):
-            save_checkpoint(session, Path(tmp))  # weights + config + tokenizer, loadable with from_pretrained
-            (Path(tmp) / "best.json").write_text(
-                json.dumps({"epoch": record["epoch"], "metrics": record["metrics"]})
-            )
-        with writing(f"the best model (epoch {record['epoch']}) to MLflow's artifact store"):
-            retrying(lambda: client.log_artifacts(run.info.run_id, tmp, BEST_CHECKPOINT))
-    uri = f"{run.info.artifact_uri.rstrip('/')}/{BEST_CHECKPOINT}"
-    set_tags(client, run.info.run_id, {BEST_CHECKPOINT_URI: uri, BEST_EPOCH: record["epoch"]})
 
 
 def run_trial(
@@ -177,7 +153,8 @@ def _run_rank0(
         # Metrics before the checkpoint: a kill in between re-logs the same values after the exact resume.
         log_metrics(client, run_id, metrics, step=record["epoch"])
         if is_best:
-            _log_best(client, run, session, record)
+            log_best_checkpoint(client, run_id, run.info.artifact_uri, record["epoch"], record["metrics"],
+                                lambda folder: save_checkpoint(session, folder))  # fmt: skip
         report_state(report, metrics, {"session": session.state_dict(), "history": history})
 
     result = run_training(config, None, RunCallbacks(on_epoch_end=on_epoch_end), session, list(history))
@@ -190,19 +167,7 @@ def _run_rank0(
     # Once per trial, at its end: the best checkpoint as an MLflow model. A restart that trained nothing
     # more (its last epoch was already done) logs it only if the earlier start did not get that far.
     if len(result["epochs"]) > epochs_before or MODEL_URI not in client.get_run(run_id).data.tags:
-        _log_model(client, run_id)
-
-
-def _log_model(client: MlflowClient, run_id: str) -> None:
-    """The trial's model (worker.tune.registry.log_best_model); a failure is recorded on the run
-    (`smartune.model_error`) but does not fail the trial, whose result and checkpoint are already logged."""
-    try:
-        log_best_model(client, run_id)
-    except Exception as err:
-        logger.warning(
-            "could not log the best checkpoint of run %s as an MLflow model", run_id, exc_info=True
-        )
-        set_tags(client, run_id, {MODEL_ERROR: f"{type(err).__name__}: {err}"[:4000]})
+        log_model(client, run_id)
 
 
 def open_run(

@@ -259,14 +259,14 @@ def read_job_logs(
     ),
 )
 def read_job_results(job_id: str, session: SessionDep, key: CurrentKey) -> dict[str, Any]:
-    """The sweep summary (cells with mean and std over seeds, the best trial with its run id), once the
-    job has SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths). For an audit:
-    its report (a verdict per trial, each metric recorded vs re-run, each provenance field then vs now)."""
+    """The sweep summary (cells with mean and std over seeds, the best trial with its run id, the registered
+    model; for a multitask job each task's best and registered model under `tasks`), once the job has
+    SUCCEEDED; without the tracking URI or checkpoint locations (server-side paths). For an audit: its
+    report (a verdict per trial, each metric recorded vs re-run, each provenance field then vs now)."""
     job = caller_job(session, key, job_id)
     if job.state != JobState.SUCCEEDED:
         raise ApiError(409, f"job {job_id} is {job.state}; results exist once it has SUCCEEDED")
-    if (
-        job.summary is None
-    ):  # the engine reads it again until MLflow gives it: the job exists, the results not yet
+    # The engine reads the summary again until MLflow gives it: the job exists, its results not yet.
+    if job.summary is None:
         raise ApiError(409, f"job {job_id} has SUCCEEDED; its summary is not read yet, try again later")
     return public_audit(job.summary) if job.kind == JobKind.AUDIT else public_summary(job.summary)

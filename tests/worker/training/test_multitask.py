@@ -54,7 +54,7 @@ def test_shared_encoder_one_head_per_task_one_teacher(glue_dir: Path) -> None:
 def test_joint_then_finetune_learns_both_heads_and_resumes_exactly(glue_dir: Path) -> None:
     config = _config(glue_dir)
     states: list[dict[str, Any]] = []
-    result = run_multitask(config, PLAN, lambda _unit, state: states.append(_saved(state())))
+    result = run_multitask(config, PLAN, lambda _unit, state, _writer: states.append(_saved(state())))
     units = result["units"]
     assert [(u["stage"], u["epoch"], sorted(u["records"])) for u in units] == [
         ("joint", 1, ["rte", "stsb"]), ("joint", 2, ["rte", "stsb"]),
@@ -73,3 +73,28 @@ def test_joint_then_finetune_learns_both_heads_and_resumes_exactly(glue_dir: Pat
     # A retry from the state after the first joint epoch, and from inside the fine-tuning, ends the same.
     for index in (0, 2):
         assert _trace(run_multitask(config, PLAN, state=states[index])) == _trace(result)
+
+
+def test_each_unit_can_write_each_task_model_as_it_stands(glue_dir: Path, tmp_path: Path) -> None:
+    """Joint units write the shared encoder with the task's head; fine-tuning units the fine-tuned copy."""
+    from transformers import AutoModelForSequenceClassification
+
+    def write(unit: dict[str, Any], _state: Any, writer: Any) -> None:
+        for name in unit["records"]:
+            writer(name, tmp_path / f"{unit['unit']}-{name}")
+
+    run_multitask(_config(glue_dir), PLAN, write)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["1-rte", "1-stsb", "2-rte", "2-stsb", "3-rte", "4-stsb"]  # joint x2, then one each
+    loaded = {p.name: AutoModelForSequenceClassification.from_pretrained(p) for p in tmp_path.iterdir()}
+    assert loaded["2-rte"].config.num_labels == 2 and loaded["2-stsb"].config.num_labels == 1
+    assert loaded["2-rte"].config.id2label == {0: "entailment", 1: "not_entailment"}
+
+    def encoder(name: str) -> torch.Tensor:
+        return loaded[name].base_model.embeddings.word_embeddings.weight
+
+    assert torch.equal(encoder("2-rte"), encoder("2-stsb"))  # one shared encoder in the joint stage
+    assert not torch.equal(encoder("1-rte"), encoder("2-rte"))  # as it stood after each joint epoch
+    assert not torch.equal(encoder("3-rte"), encoder("2-rte"))  # the fine-tuned copy moved on alone
+    assert not torch.equal(encoder("4-stsb"), encoder("2-stsb"))  # each task fine-tunes its own copy
+    assert not torch.equal(encoder("4-stsb"), encoder("3-rte"))

@@ -7,12 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import mlflow.transformers
 import pytest
 from mlflow import MlflowClient
 
 from worker.contract.spec import JobSpec
 from worker.tune.settings import Settings
 from worker.tune.sweep import run_sweep
+from worker.tune.tracking import tracking_store
 
 pytestmark = pytest.mark.glue
 
@@ -31,7 +33,16 @@ def test_multitask_trial_has_one_nested_run_per_task(
         assert result["stage"] in ("joint", "finetune") and result["epoch"] >= 1
         assert math.isfinite(result["value"]) and abs(result["value"]) <= 1
     assert summary["best"]["tasks"].keys() == {"rte", "stsb"}
-    assert summary["registered_model"]["version"] is None  # one model per task: nothing registered
+    assert summary["registered_model"]["version"] is None  # one model per task, registered per task:
+    for task, result in summary["tasks"].items():
+        registered = result["registered_model"]
+        assert registered["name"] == f"smartune-multitask-2-{task}" and registered["version"] == "1", (
+            registered
+        )
+        with tracking_store(sweep_settings.tracking_uri):
+            pipeline = mlflow.transformers.load_model(registered["uri"])  # the task's own head, its labels
+        answer = pipeline("A man is playing a guitar.")[0]
+        assert answer["label"] in (("entailment", "not_entailment") if task == "rte" else ("score",))
 
     parent, trials = job_runs("multitask-2")
     assert len(trials) == 1  # the nested task runs are not trials
@@ -50,5 +61,10 @@ def test_multitask_trial_has_one_nested_run_per_task(
         assert sorted(metric_history(run, "mt_score")) == [1, 2]  # joint stage, step = joint epoch
         assert sorted(metric_history(run, "score")) == [1]  # fine-tuning, step = its epoch
         assert run.data.tags["smartune.best_stage"] in ("joint", "finetune")
+        assert run.data.tags["smartune.model_uri"].startswith("models:/")  # its best checkpoint, as a model
+        best = json.loads(
+            Path(client.download_artifacts(run.info.run_id, "best_checkpoint/best.json")).read_text()
+        )
+        assert best["epoch"] == int(run.data.tags["smartune.best_epoch"])
     logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "summary.json")).read_text())
     assert logged["tasks"].keys() == {"rte", "stsb"}
