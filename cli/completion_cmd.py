@@ -63,7 +63,5 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 
 
 def completion(args: argparse.Namespace) -> int:
-    from cli.main import build_parser
-
-    print(script(build_parser(), args.shell))
+    print(script(args.root_parser, args.shell))  # the whole command line, set by cli.main.build_parser
     return 0

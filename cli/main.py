@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in _SUBCOMMANDS:
         register(sub)
+    parser.set_defaults(root_parser=parser)  # what `smartune completion` describes
     return parser
 
 

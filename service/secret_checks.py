@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:  # only the annotation: service.config imports this module
-    from service.config import Settings
 
 DEFAULT_SECRETS = frozenset(
     {"", "changethis", "changeme", "secret", "password", "password1234", "minioadmin"}
@@ -25,11 +22,23 @@ MIN_TOKEN_CHARS = 16
 MIN_DASHBOARD_SECRET_CHARS = 32  # an HMAC-SHA256 key: 32 characters of a random string or more
 
 
+class SecretSettings(Protocol):
+    """What the checks read of `service.config.Settings` (which calls them while it is being built)."""
+
+    database_url: str | None
+    ray_address: str | None
+    ray_auth_token: str | None
+    mlflow_tracking_password: str | None
+    aws_secret_access_key: str | None
+    metrics_token: str | None
+    dashboard_secret: str | None
+
+
 def _is_default(secret: str | None) -> bool:
     return secret is not None and secret.strip().lower() in DEFAULT_SECRETS
 
 
-def secret_problems(settings: Settings) -> list[str]:
+def secret_problems(settings: SecretSettings) -> list[str]:
     """One line per bad secret, naming its variable (never its value)."""
     problems: list[str] = []
     if settings.database_url:

@@ -5,12 +5,14 @@ sees how a trial ends: completed (TERMINATED), stopped early by ASHA or the time
 failed for good (ERROR with its class, including a killed process that could not report), or failed
 and queued for a retry (PENDING, `smartune.failures` counted). The callback holds only plain data:
 Tune pickles callbacks into its experiment state and reuses them when a sweep is restored.
+`AloneAfterOom` gives a trial that ran out of memory the whole device for its retry
+(worker.tune.tuning.alone).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,18 @@ class TrialStateCallback(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._safely(self._retrying, trial)
+
+
+class AloneAfterOom(Callback):
+    """A trial that failed with class `oom` and is about to be retried gets the `alone` request, and keeps
+    it. Tune calls this after it requeued the trial (PENDING), when its resources may change. Plain data:
+    Tune pickles callbacks into its experiment state."""
+
+    def __init__(self, request: Mapping[str, float]) -> None:
+        self.request = dict(request)
+
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        if classify(*trial_error(trial)) != "oom":
+            return
+        logger.warning("trial %s ran out of memory: retried alone with %s", trial.trial_id, self.request)
+        trial.update_resources(self.request)

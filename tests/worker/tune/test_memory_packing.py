@@ -17,11 +17,11 @@ from ray import cloudpickle, tune
 from worker.contract.errors import classify
 from worker.contract.spec import JobSpec
 from worker.tune import sweep
+from worker.tune.callbacks import AloneAfterOom
 from worker.tune.epoch_report import gpu_peak
 from worker.tune.placement import check_resources
 from worker.tune.tuning import (
     GPU_MEMORY,
-    AloneAfterOom,
     alone,
     gpu_memory_per_gpu,
     node_cpus,
