@@ -5,18 +5,14 @@ sees how a trial ends: completed (TERMINATED), stopped early by ASHA or the time
 failed for good (ERROR with its class, including a killed process that could not report), or failed
 and queued for a retry (PENDING, `smartune.failures` counted). The callback holds only plain data:
 Tune pickles callbacks into its experiment state and reuses them when a sweep is restored.
-`AloneAfterOom` gives a trial that ran out of memory the whole device for its retry
-(worker.tune.tuning.alone).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from ray import cloudpickle
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
@@ -24,28 +20,15 @@ from worker.contract.errors import classify
 from worker.contract.tags import ERROR_CLASS, FAILURES, LAST_ERROR_CLASS, STATE
 from worker.tune.outcomes import record_final_state
 from worker.tune.tracking import TrackingTarget, set_tags, trial_run
+from worker.tune.trial_error import trial_error
+from worker.tune.tuning import AloneAfterOom as AloneAfterOom  # also here: see below
 from worker.tune.tuning import TrialResolver, trial_state
 
+# AloneAfterOom lives in worker.tune.tuning, but sweeps started at commit d22be34 pickled it under this
+# module's path; it stays resolvable here so that their next attempt restores
+# (tests/worker/tune/test_pickled_paths.py).
+
 logger = logging.getLogger(__name__)
-
-
-def trial_error(trial: Trial) -> tuple[BaseException | None, str]:
-    """The trial's last error: the exception (if it unpickles) and its text. Read from the driver's
-    local copy first (written at once), then from the storage path (synced later)."""
-    error: BaseException | None = None
-    text = ""
-    try:
-        local = trial.pickled_error_file
-        if local and Path(local).is_file():
-            error = cloudpickle.loads(Path(local).read_bytes())
-        elif trial.error_file and Path(trial.error_file).is_file():
-            text = Path(trial.error_file).read_text(errors="replace")
-        else:
-            error = trial.get_pickled_error()
-            text = str(trial.get_error() or "")
-    except Exception:  # an exception class that does not unpickle here, a storage hiccup
-        pass
-    return error, text
 
 
 class TrialStateCallback(Callback):
@@ -86,18 +69,3 @@ class TrialStateCallback(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._safely(self._retrying, trial)
-
-
-class AloneAfterOom(Callback):
-    """A trial that failed with class `oom` and is about to be retried gets the `alone` request, and keeps
-    it. Tune calls this after it requeued the trial (PENDING), when its resources may change. Plain data:
-    Tune pickles callbacks into its experiment state."""
-
-    def __init__(self, request: Mapping[str, float]) -> None:
-        self.request = dict(request)
-
-    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        if classify(*trial_error(trial)) != "oom":
-            return
-        logger.warning("trial %s ran out of memory: retried alone with %s", trial.trial_id, self.request)
-        trial.update_resources(self.request)

@@ -34,7 +34,7 @@ from worker.contract.spec import JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
 from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
 from worker.training.files import confinement_environment
-from worker.tune.callbacks import AloneAfterOom, TrialStateCallback
+from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
 from worker.tune.multitask_trial import register_task_bests
 from worker.tune.outcomes import collect_outcomes, main_metric_of
@@ -58,6 +58,7 @@ from worker.tune.tracking import (
 )
 from worker.tune.trainable import TrialContext, train_trial
 from worker.tune.tuning import (
+    AloneAfterOom,
     TrialResolver,
     alone,
     cell_axes,

@@ -10,12 +10,13 @@ Resources (docs/memory_packing.md): a trial with GPUs asks Ray for `{"GPU": frac
 mb is the spec's `resources.gpu_memory_mb` (the control plane's estimate, pinned at submission), the
 fraction at least mb's share of the smallest GPU the nodes advertise (JobSpec.Resources.packed_gpus), so
 Ray's per-GPU fraction accounting packs trials by memory. A trial that runs out of memory is retried (one
-of the job's `limits.max_retries`) alone: worker.tune.callbacks.AloneAfterOom turns its request into
-`alone`'s (a whole GPU; a CPU trial: a whole node's CPUs) before Tune starts it again.
+of the job's `limits.max_retries`) alone: `AloneAfterOom` turns its request into a whole GPU (a CPU trial:
+a whole node's CPUs) before Tune starts it again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,6 +26,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+from worker.contract.errors import classify
 from worker.contract.grid import ResolvedTrial, resolve
 from worker.contract.multitask import PLAN_KEY
 from worker.contract.search import Axis
@@ -32,7 +34,9 @@ from worker.contract.sources import default_data_source
 from worker.contract.spec import JobSpec
 from worker.contract.tags import State
 from worker.tune.settings import Settings
+from worker.tune.trial_error import trial_error
 
+logger = logging.getLogger(__name__)
 # The Ray custom resource: MiB of accelerator memory; a node advertises its GPUs' total.
 GPU_MEMORY = "gpu_memory_mb"
 METRIC, MODE = "score", "max"  # Tune optimises the main metric of the trial's task, reported as "score"
@@ -224,3 +228,18 @@ def alone(spec: JobSpec, per_gpu_mb: float | None, cpus_of_a_node: float) -> dic
     if spec.resources.gpu_memory_mb and per_gpu_mb:
         out[GPU_MEMORY] = math.floor(per_gpu_mb) * out["gpu"]
     return out
+
+
+class AloneAfterOom(tune.Callback):
+    """A trial that failed with class `oom` and is about to be retried gets the `alone` request, and keeps
+    it. Tune calls this after it requeued the trial (PENDING), when its resources may change. Plain data:
+    Tune pickles callbacks into its experiment state."""
+
+    def __init__(self, request: Mapping[str, float]) -> None:
+        self.request = dict(request)
+
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        if classify(*trial_error(trial)) != "oom":
+            return
+        logger.warning("trial %s ran out of memory: retried alone with %s", trial.trial_id, self.request)
+        trial.update_resources(self.request)

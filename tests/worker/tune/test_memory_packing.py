@@ -17,11 +17,11 @@ from ray import cloudpickle, tune
 from worker.contract.errors import classify
 from worker.contract.spec import JobSpec
 from worker.tune import sweep
-from worker.tune.callbacks import AloneAfterOom
 from worker.tune.epoch_report import gpu_peak
 from worker.tune.placement import check_resources
 from worker.tune.tuning import (
     GPU_MEMORY,
+    AloneAfterOom,
     alone,
     gpu_memory_per_gpu,
     node_cpus,
@@ -92,7 +92,7 @@ def test_the_driver_checks_the_packed_request(monkeypatch: pytest.MonkeyPatch) -
 
 
 class FakeTrial:
-    """What AloneAfterOom and worker.tune.callbacks.trial_error read of a Tune Trial."""
+    """What AloneAfterOom and worker.tune.trial_error read of a Tune Trial."""
 
     def __init__(self, tmp_path: Path, error: BaseException) -> None:
         self.trial_id = "t1"
