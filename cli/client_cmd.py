@@ -1,4 +1,4 @@
-"""`smartune submit | jobs | status | cancel | logs`: the command line of the SDK (`smartune.Client`).
+"""`smartune submit | jobs | status | cancel | retry | logs`: the command line of the SDK (`smartune.Client`).
 
 The server is `--url` ($SMARTUNE_URL, default http://127.0.0.1:8000). The API key comes from a file
 (`--key-file`, or $SMARTUNE_API_KEY_FILE) or from $SMARTUNE_API_KEY, never from a command-line value: the
@@ -146,6 +146,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     common(p)
     p.set_defaults(handler=cancel)
 
+    p = sub.add_parser(
+        "retry", help="queue a FAILED job again: its next attempt resumes from its checkpoints"
+    )
+    p.add_argument("job_id")
+    common(p)
+    p.set_defaults(handler=retry)
+
     p = sub.add_parser("logs", help="the sweep driver's output, from Ray")
     p.add_argument("job_id")
     p.add_argument("--attempt", type=int, default=None, help="default: the latest")
@@ -241,6 +248,12 @@ def status(args: argparse.Namespace) -> int:
 def cancel(args: argparse.Namespace) -> int:
     return show(
         args, lambda client: client.cancel(args.job_id), lambda job: print(f"{job['id']} {job['state']}")
+    )
+
+
+def retry(args: argparse.Namespace) -> int:
+    return show(
+        args, lambda client: client.retry(args.job_id), lambda job: print(f"{job['id']} {job['state']}")
     )
 
 

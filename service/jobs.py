@@ -1,8 +1,10 @@
-"""Job operations behind the routes that need more than one crud call: submit (idempotent) and cancel.
+"""Job operations behind the routes that need more than one crud call: submit (idempotent), cancel, retry.
 
 Submission validates against the deployment (service.validation), honours `Idempotency-Key` (the same key
 returns the original job; the same key with a different spec is a 409) and queues the job. Cancelling a
-dispatched job stops its Ray job at once; the engine then ends its MLflow runs as KILLED.
+dispatched job stops its Ray job at once; the engine then ends its MLflow runs as KILLED. Retrying a
+FAILED job queues it again as its next attempt, which resumes from its Tune checkpoints: its finished
+trials are not run again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from service import crud, validation
 from service.config import Settings
 from service.costs import budget, calibration, estimate, memory
 from service.datasets import ops as datasets
+from service.db import utcnow
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
@@ -48,6 +51,17 @@ def _pinned(session: Session, settings: Settings, team: Team, spec: JobSpec) -> 
     return memory.pin(spec, gpu_kind=settings.gpu_kind, table=memory.load(session))
 
 
+def _check_queue_room(session: Session, settings: Settings, team: Team) -> None:
+    """429 when the team already has its limit of queued jobs."""
+    waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
+    if waiting >= settings.max_queued_jobs_per_team:
+        raise ApiError(  # room comes back when the scheduler admits one: try again after a round
+            429,
+            f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}",
+            headers={"Retry-After": str(max(1, math.ceil(settings.scheduler_interval_s)))},
+        )
+
+
 def submit_job(
     *,
     session: Session,
@@ -67,13 +81,7 @@ def submit_job(
     n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
     plan["budget"] = budget.check(session, team, settings, plan)  # 409 with the numbers when it does not fit
-    waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
-    if waiting >= settings.max_queued_jobs_per_team:
-        raise ApiError(  # room comes back when the scheduler admits one: try again after a round
-            429,
-            f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}",
-            headers={"Retry-After": str(max(1, math.ceil(settings.scheduler_interval_s)))},
-        )
+    _check_queue_room(session, settings, team)
     try:
         job = crud.create_job(
             session=session,
@@ -142,3 +150,27 @@ def stop_ray_job(ray: RayJobs, submission_id: str) -> None:
         ray.stop(submission_id)
     except RayUnavailable as err:  # the engine stops it once Ray answers again
         logger.warning("cancel %s: %s", submission_id, err)
+
+
+def retry_job(*, session: Session, settings: Settings, job: Job, by: str) -> Job:
+    """Queue a FAILED job again (409 for any other state): the next attempt restores the job's Tune
+    experiment, so finished trials keep their results and the others resume from their last checkpoint.
+    The rest of the job's estimate must fit the team's budget (409) and its queue (429), as at submission."""
+    if job.state != JobState.FAILED:
+        hint = "; submit its spec again instead" if job.state == JobState.CANCELLED else ""
+        raise ApiError(
+            409, f"only a FAILED job can be retried; job {job.id} is {job.state}{hint}", field=None
+        )
+    team = job.team
+    if job.estimated_hours is not None:
+        left_to_run = max(0.0, job.estimated_hours - (job.actual_hours or 0.0))
+        budget.check(session, team, settings, {"unit": budget.unit_of(job), "device_hours": left_to_run})
+    _check_queue_room(session, settings, team)
+    failure = job.message
+    job.message = job.summary = job.finished_at = job.actual_hours = None
+    job.summary_pending, job.queued_at = False, utcnow()  # a new request: behind the jobs queued before it
+    reason = f"retried by key {by} after: {failure or 'a failure'}"[:900]
+    crud.set_state(session=session, job=job, state=JobState.QUEUED,
+                   reason=f"{reason}; attempt {job.attempt + 1} resumes from its checkpoints")  # fmt: skip
+    session.commit()
+    return job

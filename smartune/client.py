@@ -166,6 +166,11 @@ class Client:
         job: dict[str, Any] = self._http.request("POST", f"/jobs/{_seg(job_id)}/cancel").json()
         return job
 
+    def retry(self, job_id: str) -> dict[str, Any]:
+        """Queue a FAILED job again; its next attempt resumes from its checkpoints. Return it."""
+        job: dict[str, Any] = self._http.request("POST", f"/jobs/{_seg(job_id)}/retry").json()
+        return job
+
     def logs(self, job_id: str, attempt: int | None = None, tail: int | None = None) -> str:
         """The sweep driver's output (the latest attempt's unless `attempt`; the last `tail` lines)."""
         params = {k: v for k, v in {"attempt": attempt, "tail": tail}.items() if v is not None}

@@ -108,6 +108,8 @@ def test_the_views_print_tables(
     )
     assert main(["results", waiting]) == 2
     assert "409: job" in capsys.readouterr().err
+    assert main(["retry", job_id]) == 2  # only a FAILED job goes back to the queue
+    assert "only a FAILED job can be retried" in capsys.readouterr().err
 
     as_key(admin_key)
     assert main(["teams"]) == 0

@@ -51,6 +51,7 @@ def test_a_team_never_sees_another_teams_job(client: TestClient, team_key: str, 
     for method, path in [
         ("GET", f"/api/v1/jobs/{job_id}"),
         ("POST", f"/api/v1/jobs/{job_id}/cancel"),
+        ("POST", f"/api/v1/jobs/{job_id}/retry"),
         ("GET", f"/api/v1/jobs/{job_id}/logs"),
         ("GET", f"/api/v1/jobs/{job_id}/results"),
     ]:

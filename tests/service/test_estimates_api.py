@@ -145,3 +145,18 @@ def test_an_idempotent_replay_is_the_same_job_after_its_pin_changed(
     assert again.json()["id"] == first.json()["id"] and again.json()["replayed"] is True
     other = client.post("/api/v1/jobs", json={**body, "seeds": [7]}, headers=headers)
     assert other.status_code == 409 and "different spec" in other.text  # a different request still is
+
+
+def test_a_retry_must_fit_what_is_left_of_the_budget(
+    client: TestClient, db: Database, admin_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    key = make_team(db, "small", cpu_hours_budget=10.0)
+    job_id = submit(client, key, PRICED)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "FAILED")
+    engine.tick()
+    client.patch("/api/v1/teams/small", json={"cpu_hours_budget": 0.001}, headers=auth(admin_key))
+    refused = client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(key))
+    assert refused.status_code == 409 and "exceeds what is left" in refused.json()["detail"], refused.text
+    client.patch("/api/v1/teams/small", json={"cpu_hours_budget": 10.0}, headers=auth(admin_key))
+    assert client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(key)).json()["state"] == "QUEUED"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.testclient import TestClient
 
+from service.config import Settings
 from service.engine import Engine
 from tests.service.fakes import FakeRay, FakeTracker, summary_for, summary_line
 from tests.service.utils import auth, spec, submit
@@ -192,3 +195,65 @@ def test_logs_before_dispatch_and_after_ray_forgot(
     )
     fake_ray.down = True
     assert client.get(f"/api/v1/jobs/{job_id}/logs", headers=auth(team_key)).status_code == 503
+
+
+def test_retry_queues_a_failed_job_as_its_next_attempt(
+    client: TestClient,
+    team_key: str,
+    other_key: str,
+    engine: Engine,
+    fake_ray: FakeRay,
+    fake_tracker: FakeTracker,
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    assert client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(team_key)).status_code == 409  # QUEUED
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "RUNNING")
+    fake_tracker.log_trial(job_id, "t1", "TERMINATED", 0.7, epoch=1)
+    engine.tick()
+    running = client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(team_key))
+    assert running.status_code == 409 and "only a FAILED job" in running.json()["detail"]
+    fake_ray.set(f"{job_id}-a1", "FAILED", message="AttributeError: Can't get attribute 'X'")
+    engine.tick()
+    assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()["state"] == "FAILED"
+
+    assert client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(other_key)).status_code == 404
+    response = client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(team_key))
+    assert response.status_code == 200 and response.json()["state"] == "QUEUED", response.text
+    job = client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()
+    assert job["finished_at"] is None and job["message"] is None
+    reason = job["transitions"][-1]["reason"]
+    assert reason.startswith("retried by key ") and "Can't get attribute 'X'" in reason
+    assert reason.endswith("attempt 2 resumes from its checkpoints")
+    engine.tick()
+    assert fake_ray.submissions[-1] == f"{job_id}-a2"
+    assert (
+        "--attempt 2" in fake_ray.jobs[f"{job_id}-a2"].entrypoint
+    )  # the driver restores attempt 1's Tune state
+    job = client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()
+    assert [(a["number"], a["state"]) for a in job["attempts"]] == [(1, "FAILED"), (2, "SUBMITTED")]
+    assert job["trials"][0]["state"] == "TERMINATED"  # what attempt 1 finished stays finished
+    fake_ray.set(f"{job_id}-a2", "SUCCEEDED", logs=summary_line(job_id))
+    engine.tick()
+    assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()["state"] == "SUCCEEDED"
+
+
+def test_retry_refuses_cancelled_jobs_and_a_full_queue(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, settings: Settings, app: Any
+) -> None:
+    cancelled = submit(client, team_key)["id"]
+    client.post(f"/api/v1/jobs/{cancelled}/cancel", headers=auth(team_key))
+    refused = client.post(f"/api/v1/jobs/{cancelled}/retry", headers=auth(team_key))
+    assert refused.status_code == 409 and "submit its spec again" in refused.json()["detail"]
+    failed = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.set(f"{failed}-a1", "FAILED")
+    engine.tick()
+    app.state.settings = settings.model_copy(update={"max_queued_jobs_per_team": 2})
+    submit(client, team_key, spec(seeds=[2]))
+    submit(client, team_key, spec(seeds=[3]))
+    full = client.post(f"/api/v1/jobs/{failed}/retry", headers=auth(team_key))
+    assert full.status_code == 429 and "2 queued jobs" in full.json()["detail"]
+    assert (
+        client.get(f"/api/v1/jobs/{failed}", headers=auth(team_key)).json()["state"] == "FAILED"
+    )  # unchanged

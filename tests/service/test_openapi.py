@@ -29,6 +29,7 @@ def test_openapi_lists_every_route_with_auth_and_examples(client: TestClient) ->
         "/api/v1/jobs",
         "/api/v1/jobs/{job_id}",
         "/api/v1/jobs/{job_id}/cancel",
+        "/api/v1/jobs/{job_id}/retry",
         "/api/v1/jobs/{job_id}/logs",
         "/api/v1/jobs/{job_id}/results",
         "/api/v1/pool",

@@ -1,4 +1,4 @@
-"""Jobs: submit a sweep, list and read jobs, cancel one, read its logs and its results.
+"""Jobs: submit a sweep, list and read jobs, cancel or retry one, read its logs and its results.
 
 Nothing here touches the database, Ray or a large spec on the event loop: reads are plain `def` routes
 (FastAPI runs them in its thread pool), writes run whole through the `Writer` (service.api.deps), and the
@@ -207,6 +207,35 @@ async def cancel_job(
         await run_in_threadpool(job_ops.stop_ray_job, ray, stop)
     engine.wake()
     return cancelled
+
+
+RETRY_CONFLICT = "the job is not FAILED, or the rest of its estimate exceeds the team's budget"
+
+
+@router.post(
+    "/{job_id}/retry",
+    response_model=JobPublic,
+    responses=errors(*KEYED, 404, 409, 429, notes={**NOT_FOUND, 409: RETRY_CONFLICT, 429: "the team's queue is full"}),
+)  # fmt: skip
+async def retry_job(
+    job_id: str,
+    session: WriteSessionDep,
+    key: CurrentKey,
+    settings: SettingsDep,
+    engine: EngineDep,
+    writer: WriterDep,
+) -> JobPublic:
+    """Queue a FAILED job again: its next attempt restores the job's Tune experiment, so finished trials keep
+    their results and the others resume from their last checkpoint (the transitions say who retried it)."""
+
+    def retry() -> JobPublic:
+        job = caller_job(session, key, job_id, for_update=True)
+        return job_public(job_ops.retry_job(session=session, settings=settings, job=job, by=key.key_id),
+                          settings, admin=key.is_admin)  # fmt: skip
+
+    retried = await writer.run(session, retry)
+    engine.wake()
+    return retried
 
 
 @router.get(

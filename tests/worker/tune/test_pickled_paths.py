@@ -20,12 +20,6 @@ from typing import Any
 
 import pytest
 
-from worker.contract.spec import JobSpec
-from worker.tune.settings import Settings
-from worker.tune.sweep import run_sweep
-
-pytestmark = pytest.mark.glue
-
 # module -> names that a sweep's experiment state refers to (seen in a real sweep; see the test below).
 PICKLED = {
     "worker.tune.callbacks": {"TrialStateCallback", "AloneAfterOom"},  # the second: sweeps begun at d22be34
@@ -64,12 +58,9 @@ def _blobs(value: Any) -> list[bytes]:
     return []
 
 
-def test_the_experiment_state_names_only_the_pinned_paths(
-    ray_cluster: Any, sweep_settings: Settings, tiny_spec: Any
-) -> None:
-    spec = JobSpec.model_validate(tiny_spec(training={"epochs": 1, "max_train_samples": 16}))
-    run_sweep(spec, job_id="pickled-paths", settings=sweep_settings)
-    folder = Path(sweep_settings.experiment_path("pickled-paths"))
+def assert_only_pinned_paths(folder: Path) -> None:
+    """The experiment folder's Tune state (`tuner.pkl`, `experiment_state-*.json`) names only pinned paths
+    of ours. Called on a real sweep's folder by tests/worker/tune/test_sweep.py."""
     streams = [(folder / "tuner.pkl").read_bytes()]
     for state in folder.glob("experiment_state-*.json"):
         streams += _blobs(json.loads(state.read_text()))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
+from tests.worker.tune.test_pickled_paths import assert_only_pinned_paths
 from worker.contract.spec import JobSpec
 from worker.tune.settings import Settings
 from worker.tune.sweep import run_sweep
@@ -49,6 +50,7 @@ def test_grid_sweep_records_parent_children_and_dedups_cells(
     }
     assert all(c["n"] == 1 and c["std"] is None and 0 <= c["mean"] <= 1 for c in cells.values())
 
+    assert_only_pinned_paths(Path(sweep_settings.experiment_path("grid-4")))  # what a resume unpickles
     parent, children = job_runs("grid-4")
     assert parent.info.run_id == summary["parent_run_id"] and parent.info.status == "FINISHED"
     assert parent.info.run_name == "grid-4"
