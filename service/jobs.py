@@ -20,7 +20,6 @@ from service import crud, validation
 from service.config import Settings
 from service.costs import budget, calibration, estimate, memory
 from service.datasets import ops as datasets
-from service.db import utcnow
 from service.errors import ApiError
 from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from service.ray_jobs import RayJobs, RayUnavailable
@@ -168,7 +167,7 @@ def retry_job(*, session: Session, settings: Settings, job: Job, by: str) -> Job
     _check_queue_room(session, settings, team)
     failure = job.message
     job.message = job.summary = job.finished_at = job.actual_hours = None
-    job.summary_pending, job.queued_at = False, utcnow()  # a new request: behind the jobs queued before it
+    job.summary_pending = False  # its queued_at stays: it takes its place again, as a requeued attempt does
     reason = f"retried by key {by} after: {failure or 'a failure'}"[:900]
     crud.set_state(session=session, job=job, state=JobState.QUEUED,
                    reason=f"{reason}; attempt {job.attempt + 1} resumes from its checkpoints")  # fmt: skip

@@ -218,8 +218,12 @@ def test_retry_queues_a_failed_job_as_its_next_attempt(
     assert client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()["state"] == "FAILED"
 
     assert client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(other_key)).status_code == 404
+    later = submit(client, team_key, spec(seeds=[2]))["id"]
     response = client.post(f"/api/v1/jobs/{job_id}/retry", headers=auth(team_key))
     assert response.status_code == 200 and response.json()["state"] == "QUEUED", response.text
+    queue = client.get("/api/v1/pool/queue", headers=auth(team_key)).json()["data"]
+    assert [e["job_id"] for e in queue] == [job_id, later]  # it takes its original place again
+    client.post(f"/api/v1/jobs/{later}/cancel", headers=auth(team_key))
     job = client.get(f"/api/v1/jobs/{job_id}", headers=auth(team_key)).json()
     assert job["finished_at"] is None and job["message"] is None
     reason = job["transitions"][-1]["reason"]
