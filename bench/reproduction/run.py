@@ -64,18 +64,22 @@ def specs(
 
 
 def submit_all(client: Client, documents: list[dict[str, Any]]) -> list[str]:
-    """Find or submit each job. The key is the job's name; a job of that name that FAILED or was
-    CANCELLED is submitted again under `<name>#<n>` (its finished trials then run again)."""
+    """Find or submit each job. The key is the job's name. The newest job of that name is found again;
+    one that FAILED is retried (it resumes from its checkpoints: finished trials are not run again); one
+    that was CANCELLED is submitted again under `<name>#<n>` (its trials then run again)."""
     existing: dict[str, list[dict[str, Any]]] = {}
     for job in client.jobs():
         existing.setdefault(job.get("name") or "", []).append(job)
     ids = []
     for doc in documents:
-        earlier = existing.get(doc["name"], [])  # newest first
-        failed = sum(job["state"] in ("FAILED", "CANCELLED") for job in earlier)
-        if earlier and earlier[0]["state"] not in ("FAILED", "CANCELLED"):
-            failed = len(earlier) - 1  # the newest is alive or done: find it again by its own key
-        key = doc["name"] if failed == 0 else f"{doc['name']}#{failed}"
+        earlier = existing.get(doc["name"], [])  # newest first; each under its own key, the first bare
+        if earlier and earlier[0]["state"] == "FAILED":
+            answer = client.retry(str(earlier[0]["id"]))
+            print(f"{doc['name']}: {answer['id']} (retried, {answer['state']})", flush=True)
+            ids.append(str(answer["id"]))
+            continue
+        n = len(earlier) if earlier and earlier[0]["state"] == "CANCELLED" else max(0, len(earlier) - 1)
+        key = doc["name"] if n == 0 else f"{doc['name']}#{n}"
         answer = client.submit_job(doc, idempotency_key=key)
         seen = "exists" if answer.get("replayed") else "submitted"
         print(f"{doc['name']}: {answer['id']} ({seen}, {answer['state']})", flush=True)

@@ -192,3 +192,40 @@ def test_collecting_from_a_new_store_keeps_the_other_machines_records(tmp_path: 
         ("stsb", "vanilla", 81.0),
         ("stsb", "smart", 80.0),
     ]
+
+
+class _Jobs:
+    """What `submit_all` uses of `smartune.Client`: a job list (newest first), submit by key, retry."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.listed = jobs
+        self.keys: dict[str, str] = {}  # idempotency key -> job id
+        self.retried: list[str] = []
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.listed
+
+    def submit_job(self, doc: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+        replayed = idempotency_key in self.keys
+        job_id = self.keys.setdefault(idempotency_key, f"job-{len(self.keys)}")
+        return {"id": job_id, "state": "QUEUED", "replayed": replayed}
+
+    def retry(self, job_id: str) -> dict[str, Any]:
+        self.retried.append(job_id)
+        return {"id": job_id, "state": "QUEUED"}
+
+
+def test_a_failed_campaign_job_is_retried_and_a_cancelled_one_submitted_anew() -> None:
+    from bench.reproduction.run import submit_all
+
+    client = _Jobs([{"id": "f", "name": "c/rte/smart", "state": "FAILED"},
+                    {"id": "x", "name": "c/rte/vanilla", "state": "CANCELLED"},
+                    {"id": "r", "name": "c/rte/r3f", "state": "RUNNING"},
+                    {"id": "old", "name": "c/rte/r3f", "state": "CANCELLED"}])  # fmt: skip
+    client.keys = {"c/rte/r3f#1": "r"}
+    names = ["c/rte/smart", "c/rte/vanilla", "c/rte/r3f", "c/rte/mrpc"]
+    ids = submit_all(client, [{"name": n} for n in names])  # type: ignore[arg-type]
+    assert client.retried == ["f"] and ids[0] == "f"  # resumes from its checkpoints
+    assert "c/rte/vanilla#1" in client.keys  # a cancelled job's trials run again, under a new key
+    assert ids[2] == "r"  # the newest of its name (the second, under `#1`) is found again
+    assert "c/rte/mrpc" in client.keys  # a new job: its bare name
