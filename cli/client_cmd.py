@@ -223,6 +223,8 @@ def _ending(job: dict[str, Any]) -> None:
     extra = [f"attempt {job['attempt']} ({job['submission_id']})"] if job["attempt"] else []
     extra += [f"MLflow: {job['mlflow_url']}"] if job["mlflow_url"] else []
     extra += [job["message"]] if job["message"] else []
+    if job["state"] == "FAILED":
+        extra.append(f"resume it from its checkpoints: smartune retry {job['id']}")
     for line in extra:
         print(f"  {line}")
 

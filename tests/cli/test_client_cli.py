@@ -99,6 +99,19 @@ def test_submit_jobs_status_cancel_logs(
     assert main(["cancel", other]) == 0
     assert capsys.readouterr().out.strip() == f"{other} CANCELLED"
     assert main(["status", other, "--watch", "--interval", "0"]) == 1  # ended, but not SUCCEEDED
+    assert "smartune retry" not in capsys.readouterr().out  # a cancelled job cannot be retried
+
+    assert main(["submit", str(second), "--idempotency-key", "third"]) == 0
+    third = capsys.readouterr().out.strip()
+    engine.tick()
+    fake_ray.set(f"{third}-a1", "FAILED", message="the node died")
+    engine.tick()
+    assert main(["status", third]) == 0
+    assert (
+        f"the node died\n  resume it from its checkpoints: smartune retry {third}" in capsys.readouterr().out
+    )
+    assert main(["retry", third]) == 0
+    assert capsys.readouterr().out.strip() == f"{third} QUEUED"
 
 
 def test_client_errors_are_one_line(
