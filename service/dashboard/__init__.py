@@ -4,7 +4,8 @@ keys and team isolation as the REST API (docs/dashboard.md).
 - `auth`: the signed session cookie an API key is exchanged for, and the CSRF tokens of the forms;
 - `views`: what each page shows, as plain functions on a session;
 - `charts`: the data behind each chart (downsampled curves, heat map, parallel coordinates);
-- `routes` (pages and forms) and `data` (the charts' JSON, static files): thin routes;
+- `routes` (pages and forms), `job_actions` (cancel, retry) and `data` (the charts' JSON, static files):
+  thin routes;
 - `render`: templates, the pages' Content-Security-Policy, static files (Plotly.js from the `plotly`
   package), the HTML error page.
 
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
 from service.config import Settings
-from service.dashboard import auth, charts, data, routes
+from service.dashboard import auth, charts, data, job_actions, routes
 from service.dashboard.render import render
 
 PAGES = "/ui/"
@@ -49,6 +50,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.state.dashboard_signer = auth.make_signer(settings)
     app.state.curve_cache = charts.CurveCache()
     app.include_router(routes.router)
+    app.include_router(job_actions.router)
     app.include_router(data.router)
     app.add_exception_handler(StarletteHTTPException, _http_error)
 

@@ -62,14 +62,14 @@ async def read_form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items()}
 
 
-def _see_other(url: str) -> RedirectResponse:
+def see_other(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
 @router.get("")
 @router.get("/")
 def read_root() -> RedirectResponse:
-    return _see_other("/ui/jobs")
+    return see_other("/ui/jobs")
 
 
 @router.get("/login")
@@ -78,7 +78,7 @@ def read_login(
 ) -> Response:
     """The login form (or straight on, when already signed in)."""
     if auth.viewer_of(request, session) is not None:
-        return _see_other(auth.safe_next(next))
+        return see_other(auth.safe_next(next))
     response = HTMLResponse("")
     csrf = auth.start_login(request, response, settings)
     page = render(request, "login.html", {"csrf": csrf, "next": auth.safe_next(next), "error": None})
@@ -106,7 +106,7 @@ async def create_login(request: Request, session: SessionDep, settings: Settings
         page = render(request, "login.html", {"csrf": csrf, "next": target, "error": error}, status_code=401)
         page.raw_headers.extend(h for h in response.raw_headers if h[0] == b"set-cookie")
         return page
-    redirect = _see_other(target)
+    redirect = see_other(target)
     auth.open_session(request, redirect, settings, principal)
     return redirect
 
@@ -116,7 +116,7 @@ async def delete_login(request: Request, viewer: PageViewer) -> Response:
     """End the session (the cookie is dropped; the key itself stays valid)."""
     form = await read_form(request)
     auth.check_csrf(request, viewer, form.get("csrf"))
-    redirect = _see_other("/ui/login")
+    redirect = see_other("/ui/login")
     auth.close_session(redirect)
     return redirect
 
@@ -175,33 +175,7 @@ async def audit_job(
 
     audit_id = await writer.run(session, submit)
     engine.wake()
-    return _see_other(f"/ui/jobs/{audit_id}")
-
-
-@router.post("/jobs/{job_id}/cancel")
-async def cancel_job(
-    request: Request,
-    job_id: str,
-    session: WriteSessionDep,
-    viewer: PageViewer,
-    ray: RayJobsDep,
-    engine: EngineDep,
-    writer: WriterDep,
-) -> Response:
-    """Cancel the job (service.jobs.cancel_job, as `POST /api/v1/jobs/{id}/cancel`)."""
-    form = await read_form(request)
-    auth.check_csrf(request, viewer, form.get("csrf"))
-
-    def cancel() -> str | None:
-        job = views.load_job(session, viewer.principal, job_id)
-        _job, stop = job_ops.cancel_job(session=session, job=job, by=viewer.principal.key_id)
-        return stop
-
-    stop = await writer.run(session, cancel)
-    if stop is not None:
-        await run_in_threadpool(job_ops.stop_ray_job, ray, stop)
-    engine.wake()
-    return _see_other(f"/ui/jobs/{job_id}")
+    return see_other(f"/ui/jobs/{audit_id}")
 
 
 @router.post("/jobs/{job_id}/resubmit")
@@ -249,7 +223,7 @@ async def resubmit_job(
 
     new_id = await writer.run(session, submit)
     engine.wake()
-    return _see_other(f"/ui/jobs/{new_id}")
+    return see_other(f"/ui/jobs/{new_id}")
 
 
 @router.get("/pool")

@@ -92,6 +92,31 @@ def test_cancel_and_resubmit_go_through_the_job_operations(
     assert listed["count"] == 2
 
 
+def test_a_failed_job_has_a_retry_button_that_queues_its_next_attempt(
+    client: TestClient, engine: Engine, fake_ray: FakeRay, team_key: str, other_key: str
+) -> None:
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    logged_in(client, team_key)
+    assert f"/ui/jobs/{job_id}/retry" not in client.get(f"/ui/jobs/{job_id}").text  # running: nothing to retry
+    fake_ray.set(f"{job_id}-a1", "FAILED", message="the node went away")
+    engine.tick()
+    page = client.get(f"/ui/jobs/{job_id}").text
+    assert f'action="/ui/jobs/{job_id}/retry"' in page
+    assert client.post(f"/ui/jobs/{job_id}/retry", data={"csrf": "wrong"}).status_code == 403
+    retried = client.post(f"/ui/jobs/{job_id}/retry", data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert retried.status_code == 303 and retried.headers["location"] == f"/ui/jobs/{job_id}"
+    job = client.get(f"/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {team_key}"}).json()
+    assert job["state"] == "QUEUED" and job["transitions"][-1]["reason"].startswith("retried by key ")
+    again = client.post(f"/ui/jobs/{job_id}/retry", data={"csrf": csrf_of(page)})
+    assert again.status_code == 409 and "only a FAILED job can be retried" in again.text  # an error page
+    engine.tick()
+    assert fake_ray.submissions[-1] == f"{job_id}-a2"
+    logged_in(client, other_key)
+    other = client.post(f"/ui/jobs/{job_id}/retry", data={"csrf": csrf_of(client.get("/ui/jobs").text)})
+    assert other.status_code == 404  # another team's job does not exist for it
+
+
 def test_another_team_sees_nothing_and_admins_see_all(
     client: TestClient,
     engine: Engine,

@@ -1,4 +1,5 @@
-"""Why a trial failed, as one of six classes: `numerics`, `oom`, `data`, `storage`, `infra`, `other`.
+"""Why a trial failed, as one of seven classes: `numerics`, `oom`, `data`, `storage`, `infra`, `stalled`,
+`other`.
 
 - `numerics`: the training diverged (too many steps in a row with a non-finite loss or gradient; each of
   them was skipped, so no NaN reached the weights).
@@ -15,6 +16,8 @@
   (`StorageError`, raised by the trial around its checkpoint and artifact writes, from an OSError or a
   native writer's "(os error N)"; else an OSError with ENOSPC, EDQUOT, EFBIG or EROFS anywhere).
 - `infra`: the trial's process, actor or node died (a SIGKILL, a lost node).
+- `stalled`: the trial's process reported nothing for its stall limit and the driver killed it
+  (worker.tune.stall_guard sets the class on the run before the kill; nothing here infers it).
 - `other`: anything else; the message says what.
 
 The class goes on the trial's MLflow run (`smartune.error_class`) and decides retries: `numerics` and
@@ -36,8 +39,8 @@ import resource
 from pathlib import Path
 from typing import Literal
 
-ErrorClass = Literal["numerics", "oom", "data", "storage", "infra", "other"]
-ERROR_CLASSES: tuple[ErrorClass, ...] = ("numerics", "oom", "data", "storage", "infra", "other")
+ErrorClass = Literal["numerics", "oom", "data", "storage", "infra", "stalled", "other"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = ("numerics", "oom", "data", "storage", "infra", "stalled", "other")
 NON_RETRYABLE: frozenset[str] = frozenset({"numerics", "data"})
 
 _NUMERICS_TYPES = {"NumericsError", "FloatingPointError"}

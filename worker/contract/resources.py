@@ -54,6 +54,13 @@ class Resources(StrictModel):
 class Limits(StrictModel):
     max_concurrent_trials: int = Field(1, ge=1, le=1024)
     time_budget_s: float | None = Field(None, gt=0, description="wall-clock budget of the whole sweep")
+    stall_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="a trial that reports nothing (no epoch) for this many seconds from its start or its"
+        " last report is killed and fails with error class `stalled`; unset: 10x the trial's longest gap"
+        " between reports, at least 30 minutes, once it has reported an epoch",
+    )
     max_retries: int = Field(
         1, ge=0, le=10, description="times a failed trial is retried from its checkpoint"
     )

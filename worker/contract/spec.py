@@ -315,6 +315,8 @@ class JobSpec(StrictModel):
         document = self.model_dump(mode="json")
         if document["multitask"] is None:  # absent, as before the block existed: older specs keep their hash
             del document["multitask"]
+        if document["limits"]["stall_timeout_s"] is None:  # likewise for this later limit
+            del document["limits"]["stall_timeout_s"]
         values = self.base_values()
         preset = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
         for name in preset.keys() & set(document["training"]):

@@ -44,6 +44,7 @@ from worker.tune.progress import LiveTable
 from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
 from worker.tune.shared_data import share_data
+from worker.tune.stall_guard import StallGuard
 from worker.tune.summary import build_summary, summary_metrics
 from worker.tune.telemetry import system_metrics_interval
 from worker.tune.tracking import (
@@ -169,7 +170,8 @@ def run_sweep(
         )
     else:
         callbacks = [TrialStateCallback(target, parent_id, resolver), LiveTable(resolver, table),
-                     AloneAfterOom(alone(spec, per_gpu, node_cpus(nodes, spec.resources.cpus)))]  # fmt: skip
+                     AloneAfterOom(alone(spec, per_gpu, node_cpus(nodes, spec.resources.cpus))),
+                     StallGuard(target, spec.limits.stall_timeout_s)]  # fmt: skip
         tuner = tune.Tuner(
             trainable,
             param_space=space,

@@ -197,3 +197,15 @@ def test_exponent_floats_stay_numbers_through_the_drivers_reading() -> None:
         "task: rte\nsearch_space: {axes: {learning_rate: {type: grid, values: [5e-5, 1e-4]}}}\n"
     )
     assert sorted(t["learning_rate"] for t in from_yaml.trials()) == [5e-5, 1e-4]
+
+
+def test_the_stall_timeout_is_hashed_only_when_set() -> None:
+    """A limit added after jobs were submitted: unset, it leaves the canonical form (and so the hash of
+    every older spec, which a resumed sweep compares) as it was."""
+    unset, bounded = _spec(), _spec(limits={"stall_timeout_s": 600})
+    assert "stall_timeout_s" not in unset.canonical_json()
+    assert unset.limits.stall_timeout_s is None and bounded.limits.stall_timeout_s == 600
+    assert JobSpec.model_validate_json(bounded.canonical_json()) == bounded
+    assert bounded.spec_hash() != unset.spec_hash()
+    with pytest.raises(SpecError, match="limits.stall_timeout_s"):
+        spec_from_dict({"task": "rte", "limits": {"stall_timeout_s": 0}})

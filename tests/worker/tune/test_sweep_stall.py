@@ -1,0 +1,53 @@
+"""A hung trial in a real sweep: its Ray actor process is frozen (SIGSTOP) from outside, so it neither
+reports nor dies, which Tune alone would wait on forever. The stall guard (worker.tune.stall_guard) kills
+it past `limits.stall_timeout_s`; it fails with class `stalled` and a one-line reason while the other trial
+completes and the sweep ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+from mlflow.entities import Run
+
+from tests.worker.tune.faults import TrialWatcher
+from tests.worker.tune.test_sweep_fault_classes import (
+    AIMED,
+    _by_lr,
+    _check_failed_and_spared,
+    _sweep_with,
+    _two_trials,
+)
+from worker.tune.settings import Settings
+
+pytestmark = [pytest.mark.glue, pytest.mark.slow]
+
+STALL_S = 60.0  # the tiny trials report every few seconds (tens under load); the frozen one never again
+
+
+def _freeze(_run: Run, pid: int) -> dict[str, Any]:
+    os.kill(pid, signal.SIGSTOP)
+    return {"frozen": pid}
+
+
+def test_a_frozen_trial_is_killed_as_stalled_while_the_other_finishes(
+    ray_cluster: Any, sweep_settings: Settings, tiny_spec: Any
+) -> None:
+    spec = _two_trials(tiny_spec, stall_timeout_s=STALL_S, epochs=2, max_train_samples=64)
+    watcher = TrialWatcher(sweep_settings, "stall-1", {"learning_rate": AIMED}, _freeze)
+    try:
+        summary = _sweep_with(watcher, spec, "stall-1", sweep_settings)
+    finally:
+        if pid := watcher.done.get("frozen"):
+            with_pid_gone = not os.path.exists(f"/proc/{pid}")
+            if not with_pid_gone:  # the guard did not end it: do not leave a frozen process behind
+                os.kill(pid, signal.SIGKILL)
+    assert with_pid_gone, "the frozen trial's process outlived the sweep"
+    failed, spared = _by_lr(sweep_settings, "stall-1")
+    message = _check_failed_and_spared(summary, failed, spared, "stalled")
+    silent_s = float(message.removeprefix("StalledTrial: no report for ").split(" s ")[0])
+    assert STALL_S <= silent_s < STALL_S + 10, message  # killed soon after the limit, not much later
+    assert message.endswith(f"(stall limit {STALL_S:.0f} s); the driver killed its process")
+    print(f"stalled: {message}")
