@@ -98,7 +98,9 @@ def test_a_failed_job_has_a_retry_button_that_queues_its_next_attempt(
     job_id = submit(client, team_key)["id"]
     engine.tick()
     logged_in(client, team_key)
-    assert f"/ui/jobs/{job_id}/retry" not in client.get(f"/ui/jobs/{job_id}").text  # running: nothing to retry
+    assert (
+        f"/ui/jobs/{job_id}/retry" not in client.get(f"/ui/jobs/{job_id}").text
+    )  # running: nothing to retry
     fake_ray.set(f"{job_id}-a1", "FAILED", message="the node went away")
     engine.tick()
     page = client.get(f"/ui/jobs/{job_id}").text
