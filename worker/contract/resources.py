@@ -58,8 +58,8 @@ class Limits(StrictModel):
         None,
         gt=0,
         description="a trial that reports nothing (no epoch) for this many seconds from its start or its"
-        " last report is killed and fails with error class `stalled`; unset: 10x the trial's longest gap"
-        " between reports, at least 30 minutes, once it has reported an epoch",
+        " last report is killed and fails with error class `stalled`; unset: 6 hours until its first"
+        " report, then 10x its longest gap between reports and at least 30 minutes",
     )
     max_retries: int = Field(
         1, ge=0, le=10, description="times a failed trial is retried from its checkpoint"

@@ -12,8 +12,9 @@ The limit, in seconds:
 - `limits.stall_timeout_s` when the spec sets it, from the trial's start (model loading and the first
   epoch included);
 - else, once the trial has reported an epoch, `STALL_FACTOR` times the longest gap between its reports
-  so far, and never under `STALL_FLOOR_S`; before its first report it has no limit, since nothing
-  tells how long a first epoch should take.
+  so far, and never under `STALL_FLOOR_S`; before its first report, `FIRST_REPORT_S` (6 hours: nothing
+  tells how long a first epoch should take, but a hang that holds a GPU forever is worse than a first
+  epoch this long that must set the limit).
 
 The callback holds plain data (Tune pickles it into the experiment state); the times it measures are
 per driver process and are not pickled: a restored sweep starts measuring again.
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 STALL_FACTOR = 10.0  # a gap this many times the longest one seen is no slow epoch: the process hangs
 STALL_FLOOR_S = 1800.0  # the adaptive limit never goes under 30 minutes
+FIRST_REPORT_S = 6 * 3600.0  # without a set limit: the longest wait for a trial's first report
 
 
 @dataclass
@@ -56,12 +58,12 @@ class Pace:
         )
 
 
-def stall_limit(pace: Pace, stall_timeout_s: float | None) -> float | None:
-    """The seconds without a report after which the trial counts as hung; None: no limit yet."""
+def stall_limit(pace: Pace, stall_timeout_s: float | None) -> float:
+    """The seconds without a report after which the trial counts as hung."""
     if stall_timeout_s is not None:
         return stall_timeout_s
     if pace.reports == 0:
-        return None
+        return FIRST_REPORT_S
     return max(STALL_FLOOR_S, STALL_FACTOR * pace.longest_gap)
 
 
@@ -91,14 +93,14 @@ class StallGuard(Callback):
             if pace is None or trial.status != Trial.RUNNING:
                 continue
             limit = stall_limit(pace, self.stall_timeout_s)
-            if limit is not None and now - pace.last > limit:
+            if now - pace.last > limit:
                 self._fail(trial, now - pace.last, limit)
 
     def _fail(self, trial: Trial, silent_s: float, limit_s: float) -> None:
         del self.paces[trial.trial_id]  # one kill per start; Tune reports the actor's death
         message = (
-            f"StalledTrial: no report for {silent_s:.0f} s (stall limit {limit_s:.0f} s); "
-            "the driver killed its process"
+            f"StalledTrial: no report for {silent_s:.0f} s (stall limit {limit_s:.0f} s); the driver killed"
+            " its process (set limits.stall_timeout_s if its epochs really take this long)"
         )
         logger.warning("trial %s: %s", trial.trial_id, message)
         try:

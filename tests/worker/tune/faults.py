@@ -30,6 +30,13 @@ def process_title(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def training(run: Run) -> bool:
+    """Whether the trial has built its model and logged its training data (worker.tune.telemetry): it is
+    past starting its threads (a thread started under an exhausted address space can hang CPython's
+    `Thread.start` for good, never raising) and about to allocate for its first steps."""
+    return bool(run.inputs and run.inputs.dataset_inputs)
+
+
 def mapped_bytes(pid: int) -> int:
     """The process's virtual memory size (VmSize), the quantity RLIMIT_AS caps."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -41,9 +48,18 @@ def mapped_bytes(pid: int) -> int:
 class TrialWatcher(threading.Thread):
     """Waits for the trial whose params include `params` to start, then runs `action` on it once."""
 
-    def __init__(self, settings: Settings, job_id: str, params: Mapping[str, str], action: Action) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        job_id: str,
+        params: Mapping[str, str],
+        action: Action,
+        ready: Callable[[Run], bool] = lambda _run: True,
+    ) -> None:
+        """`ready`: what the trial's run must show before the action (by default, only its pid)."""
         super().__init__(daemon=True)
         self.settings, self.job_id, self.params, self.action = settings, job_id, dict(params), action
+        self.ready = ready
         self.done: dict[str, Any] = {}
         self.error: BaseException | None = None
 
@@ -55,7 +71,8 @@ class TrialWatcher(threading.Thread):
             [experiment.experiment_id], f"tags.`smartune.job_id` = '{self.job_id}'"
         ):
             tags, params = run.data.tags, run.data.params
-            if "smartune.pid" in tags and all(params.get(k) == v for k, v in self.params.items()):
+            aimed = "smartune.pid" in tags and all(params.get(k) == v for k, v in self.params.items())
+            if aimed and self.ready(run):
                 return run
         return None
 

@@ -11,7 +11,14 @@ import pytest
 from ray.tune.experiment import Trial
 
 from worker.tune import stall_guard
-from worker.tune.stall_guard import STALL_FACTOR, STALL_FLOOR_S, Pace, StallGuard, stall_limit
+from worker.tune.stall_guard import (
+    FIRST_REPORT_S,
+    STALL_FACTOR,
+    STALL_FLOOR_S,
+    Pace,
+    StallGuard,
+    stall_limit,
+)
 from worker.tune.tracking import TrackingTarget
 
 
@@ -47,9 +54,9 @@ def _guard(clock: _Clock, stall_timeout_s: float | None) -> StallGuard:
     return StallGuard(TrackingTarget("sqlite:///unused.db", "0", "job-1"), stall_timeout_s, clock=clock)
 
 
-def test_without_a_set_limit_a_trial_has_none_until_its_first_report_then_ten_times_its_longest_gap() -> None:
+def test_without_a_set_limit_a_trial_has_hours_for_its_first_report_then_ten_times_its_longest_gap() -> None:
     pace = Pace(last=0.0)
-    assert stall_limit(pace, None) is None  # a first epoch may take any time
+    assert stall_limit(pace, None) == FIRST_REPORT_S == 6 * 3600  # a first epoch may take long
     pace.report(100.0)
     assert stall_limit(pace, None) == STALL_FLOOR_S  # 10 x 100 s is under the floor
     pace.report(400.0)  # a gap of 300 s

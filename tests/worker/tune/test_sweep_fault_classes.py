@@ -26,6 +26,7 @@ from tests.worker.tune.faults import (
     immutable,
     limit_address_space,
     limit_file_size,
+    training,
     unlocked,
 )
 from tests.worker.tune.test_sweep_entrypoint import ROOT, _env
@@ -96,13 +97,16 @@ def _check_failed_and_spared(summary: dict[str, Any], failed: Run, spared: Run, 
 def test_an_out_of_memory_trial_fails_with_class_oom_while_the_other_finishes(
     ray_cluster: Any, sweep_settings: Settings, tiny_spec: Any
 ) -> None:
-    # No room left for the aimed trial's address space from the moment it starts: its next allocation
-    # that needs more fails, wherever in torch or Python it happens. Wherever includes Ray's own threads
-    # in that process: when one of them is refused, the process can hang instead of raising (CI saw it
-    # once: no report for 15 minutes, the sweep waiting on it). The stall guard then kills it as
-    # `stalled`, and the sweep goes on all the same; that is the outcome checked in that case.
+    # No room left for the aimed trial's address space once it trains: its next allocation that needs
+    # more fails, wherever in torch or Python it happens. Struck earlier, while the trial starts MLflow's
+    # system-metrics thread, it hung instead (CI: 15 minutes without a report; py-spy: the trainable
+    # waiting in `Thread.start` for a thread that died before it could say it had started). The stall
+    # guard ends such a hang as `stalled` (test_sweep_stall.py); should one still happen here, that is
+    # the outcome checked, so the sweep is seen to go on either way.
     spec = _two_trials(tiny_spec, stall_timeout_s=90, epochs=2, max_train_samples=64)
-    watcher = TrialWatcher(sweep_settings, "oom-1", {"learning_rate": AIMED}, limit_address_space(0))
+    watcher = TrialWatcher(
+        sweep_settings, "oom-1", {"learning_rate": AIMED}, limit_address_space(0), ready=training
+    )
     summary = _sweep_with(watcher, spec, "oom-1", sweep_settings)
     failed, spared = _by_lr(sweep_settings, "oom-1")
     error_class = failed.data.tags["smartune.error_class"]
