@@ -51,11 +51,9 @@ class Pace:
     reports: int = 0
 
     def report(self, now: float) -> None:
-        self.longest_gap, self.last, self.reports = (
-            max(self.longest_gap, now - self.last),
-            now,
-            self.reports + 1,
-        )
+        self.longest_gap = max(self.longest_gap, now - self.last)
+        self.last = now
+        self.reports += 1
 
 
 def stall_limit(pace: Pace, stall_timeout_s: float | None) -> float:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mlflow.entities import Run
 
+from bench.cluster import wait_for
 from tests.worker.tune.faults import TrialWatcher
 from tests.worker.tune.test_sweep_fault_classes import (
     AIMED,
@@ -34,18 +34,21 @@ def _freeze(_run: Run, pid: int) -> dict[str, Any]:
     return {"frozen": pid}
 
 
+def _ended(pid: int) -> bool:
+    """Whether the process is gone, or dead (a zombie its parent, the raylet, has not reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
 def _ends(pid: int, within_s: float) -> bool:
-    """Whether the process is gone (or dead, a zombie waiting for its parent) within `within_s`."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.2)
-    return False
+    try:
+        wait_for(lambda: _ended(pid), within_s, f"the end of process {pid}", interval=0.2)
+    except TimeoutError:
+        return False
+    return True
 
 
 def test_a_frozen_trial_is_killed_as_stalled_while_the_other_finishes(
