@@ -25,6 +25,7 @@ CONCLUSIONS = Path(__file__).with_name("conclusions.md")
 PLOT = ROOT / "docs" / "img" / "reproduction_curves.png"
 GPU_PLOT = ROOT / "docs" / "img" / "reproduction_curves_h200.png"
 GPU_RECORDS = RESULTS / "paper_ablation_h200.json"
+GPU_FULL_RECORDS = RESULTS / "paper_ablation_h200_fulltrain.json"  # the whole training set, not 1,000
 
 
 def _link(path: Path) -> str | None:
@@ -69,7 +70,22 @@ def grid_section(grid: Records) -> list[str]:
     return lines
 
 
-def render(records: Records, grid: Records, gpu: Records | None = None) -> str:
+def full_train_section(gpu_full: Records) -> list[str]:
+    """The direct GPU runs on each task's whole training set (the paper's setting, with MiniLM)."""
+    sizes = sorted({f"{r['task']} {r['train_examples']}" for r in gpu_full})
+    return [
+        "## On a lent GPU, the full training sets",
+        "",
+        f"The same direct runs and recipe (lr 5e-05, 10 epochs, batch 32, 128 tokens), on every training example "
+        f"({', '.join(sizes)}). Records: `bench/results/{GPU_FULL_RECORDS.name}`.",
+        "",
+        *methods_sections(gpu_full, level="###", unit="one GPU shared by several trials", plot_link=None),
+    ]
+
+
+def render(
+    records: Records, grid: Records, gpu: Records | None = None, gpu_full: Records | None = None
+) -> str:
     out = [
         "# Reproduction: SMART and its ablations on small GLUE tasks",
         "",
@@ -102,6 +118,8 @@ def render(records: Records, grid: Records, gpu: Records | None = None) -> str:
         out += methods_sections(
             gpu, level="###", unit="one GPU shared by several trials", plot_link=_link(GPU_PLOT)
         )
+    if gpu_full:
+        out += full_train_section(gpu_full)
     return "\n".join(out) + "\n"
 
 
@@ -112,15 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=Path, default=RESULTS / "paper_ablation.json")
     parser.add_argument("--grid", type=Path, default=RESULTS / "reproduction_grid.json")
     parser.add_argument("--gpu-records", type=Path, default=GPU_RECORDS)
+    parser.add_argument("--gpu-full-records", type=Path, default=GPU_FULL_RECORDS)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reproduction.md")
     args = parser.parse_args(argv)
     records = json.loads(args.records.read_text()) if args.records.exists() else []
     grid = json.loads(args.grid.read_text()) if args.grid.exists() else []
     gpu = json.loads(args.gpu_records.read_text()) if args.gpu_records.exists() else []
+    gpu_full = json.loads(args.gpu_full_records.read_text()) if args.gpu_full_records.exists() else []
     plot(records, PLOT, "training minutes (1 CPU thread)")
     plot(gpu, GPU_PLOT, "training minutes (one GPU shared by several trials)")
-    args.out.write_text(render(records, grid, gpu))
-    print(f"{len(records)} records, {len(grid)} grid records, {len(gpu)} GPU records -> {args.out}")
+    args.out.write_text(render(records, grid, gpu, gpu_full))
+    print(
+        f"{len(records)} records, {len(grid)} grid records, {len(gpu)} + {len(gpu_full)} GPU records -> {args.out}"
+    )
     return 0
 
 

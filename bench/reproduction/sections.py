@@ -221,7 +221,9 @@ def methods_sections(records: Records, *, level: str, unit: str, plot_link: str 
             ),
             "",
         ]
-    out += [f"{level} Step cost: median training seconds per epoch (1,000 examples, {unit})", ""]
+    sizes = sorted({int(r.get("train_examples", 1000)) for r in records})
+    examples = " or ".join(f"{n:,}" for n in sizes)
+    out += [f"{level} Step cost: median training seconds per epoch ({examples} examples, {unit})", ""]
     shared = any("concurrent_trials" in r for r in records)  # a device shared by several trials at once
     extra = ["trials at once"] if shared else []
     columns = [*extra, *plan.METHOD_LABELS]
