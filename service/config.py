@@ -84,6 +84,13 @@ class Settings(BaseSettings):
         description="where Ray puts a job's GPU trials: best-fit hints each on the fullest node that fits it, so "
         "fractions pack and whole GPUs stay free (docs/pool_at_scale.md); ray leaves Ray's rule (the emptiest node)",
     )
+    unplaceable_timeout_s: float = Field(
+        900.0,
+        ge=0,
+        description="seconds a sweep waits with no trial running while no live Ray node can hold its pending "
+        "trials (a node lost for good) before it fails with the reason, so a retry can resume it once the pool "
+        "is back; 0 = wait forever (an autoscaler will bring the node)",
+    )
     dataset_store: str | None = Field(
         None,
         description="where uploaded datasets are kept, content-addressed: a local folder, or s3://bucket/prefix "

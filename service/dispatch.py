@@ -47,6 +47,7 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
         "SMARTUNE_DATA_DIR": str(settings.data_dir),
         "SMARTUNE_DATASET_STORE": settings.dataset_store_uri,  # where trials fetch uploaded datasets by digest
         "SMARTUNE_TRIAL_PLACEMENT": settings.trial_placement,  # worker.tune.placement
+        "SMARTUNE_UNPLACEABLE_TIMEOUT_S": f"{settings.unplaceable_timeout_s:g}",  # worker.tune.unplaceable_guard
         "SMARTUNE_DATA_ROOTS": os.pathsep.join(str(r) for r in settings.allowed_roots(job.team.data_roots)),
         "HF_HUB_OFFLINE": offline,
         "TRANSFORMERS_OFFLINE": offline,

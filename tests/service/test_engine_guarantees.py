@@ -152,6 +152,7 @@ def test_each_team_has_its_own_experiment_storage_and_roots_and_no_hub(
     assert "/srv/speech" in roots and str(settings.data_dir) not in roots
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["SMARTUNE_DATASET_STORE"] == settings.dataset_store_uri  # trials fetch uploads from here
+    assert env["SMARTUNE_UNPLACEABLE_TIMEOUT_S"] == "900"  # how long a sweep waits for a lost node
     fake_ray.set(f"{job_id}-a1", "RUNNING")
     fake_tracker.trials[job_id] = [TrialRun("t1", "r1", 1, "RUNNING")]
     engine.tick()

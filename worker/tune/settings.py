@@ -10,6 +10,10 @@
 | MLflow experiment  | `SMARTUNE_MLFLOW_EXPERIMENT` | `smartune`                                |
 | GPU trial placement| `SMARTUNE_TRIAL_PLACEMENT`   | `best-fit` (the fullest node that fits, a |
 |                    |                              | hint to Ray); `ray`: Ray's own rule       |
+| unplaceable wait   | `SMARTUNE_UNPLACEABLE_TIMEOUT_S` | `900` s with no live node able to hold |
+|                    |                              | a pending trial, none running; `0`: off   |
+|                    |                              | (also the default with                    |
+|                    |                              | `SMARTUNE_WAIT_FOR_RESOURCES`)            |
 
 The Tune storage path lies outside Ray's session directory so that a new Ray head can resume a sweep.
 Standard library only: no torch, no ray, no mlflow.
@@ -24,10 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PLACEMENTS = ("best-fit", "ray")  # where GPU trials go: hinted best fit, or Ray's own (emptiest node)
+UNPLACEABLE_TIMEOUT_S = 900.0  # a worker node restarting takes minutes; one lost for good, forever
 
 
 def _is_uri(value: str) -> bool:
     return "://" in value
+
+
+def _unplaceable(environ: Mapping[str, str]) -> float:
+    raw = environ.get("SMARTUNE_UNPLACEABLE_TIMEOUT_S", "")
+    if not raw:  # an autoscaler may take longer to bring a node than a lost node takes to come back
+        return 0.0 if environ.get("SMARTUNE_WAIT_FOR_RESOURCES") else UNPLACEABLE_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"SMARTUNE_UNPLACEABLE_TIMEOUT_S={raw!r}: expected seconds >= 0 (0 turns it off)")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -38,6 +56,7 @@ class Settings:
     artifact_root: str | None  # artifact location of a newly created experiment; None = the store decides
     experiment: str
     placement: str = "best-fit"  # PLACEMENTS; worker.tune.placement
+    unplaceable_timeout_s: float = UNPLACEABLE_TIMEOUT_S  # worker.tune.unplaceable_guard; 0 = off
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, storage_path: str | None = None) -> Settings:
@@ -56,7 +75,7 @@ class Settings:
             raise ValueError(
                 f"SMARTUNE_TRIAL_PLACEMENT={placement!r}: expected one of {', '.join(PLACEMENTS)}"
             )
-        return cls(data_dir, storage, tracking, artifacts, experiment, placement)
+        return cls(data_dir, storage, tracking, artifacts, experiment, placement, _unplaceable(environ))
 
     def prepare(self) -> None:
         """Creates the local folders (the data dir, a local storage path); URIs are left to their store."""

@@ -72,6 +72,7 @@ from worker.tune.tuning import (
     trial_configs,
     tune_config,
 )
+from worker.tune.unplaceable_guard import UnplaceableGuard
 
 SPEC_ENV = "SMARTUNE_JOB_SPEC"
 NO_RESULT = 3  # exit code of a sweep that ran but whose every trial failed
@@ -172,6 +173,8 @@ def run_sweep(
         callbacks = [TrialStateCallback(target, parent_id, resolver), LiveTable(resolver, table),
                      AloneAfterOom(alone(spec, per_gpu, node_cpus(nodes, spec.resources.cpus))),
                      StallGuard(target, spec.limits.stall_timeout_s)]  # fmt: skip
+        if settings.unplaceable_timeout_s > 0:
+            callbacks.append(UnplaceableGuard(settings.unplaceable_timeout_s))
         tuner = tune.Tuner(
             trainable,
             param_space=space,
@@ -249,7 +252,11 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
     except SpecError as err:
         print(str(err), file=sys.stderr)
         return 2
-    settings = Settings.from_env(storage_path=args.storage_path)
+    try:
+        settings = Settings.from_env(storage_path=args.storage_path)
+    except ValueError as err:  # a malformed SMARTUNE_* setting, named
+        print(f"invalid setting: {err}", file=sys.stderr)
+        return 2
     owned = False
     try:
         owned = connect_ray()

@@ -25,6 +25,7 @@ PICKLED = {
     "worker.tune.callbacks": {"TrialStateCallback", "AloneAfterOom"},  # the second: sweeps begun at d22be34
     "worker.tune.progress": {"LiveTable"},
     "worker.tune.stall_guard": {"StallGuard"},
+    "worker.tune.unplaceable_guard": {"UnplaceableGuard", "live_node_totals"},
     "worker.tune.tracking": {"TrackingTarget"},
     "worker.tune.tuning": {"AloneAfterOom", "TrialResolver", "trial_name"},
 }  # the trainable is not among them: each attempt hands it to Tuner.restore afresh

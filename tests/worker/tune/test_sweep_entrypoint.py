@@ -53,6 +53,19 @@ def test_invalid_spec_exits_2_naming_the_field_before_ray_starts(
     assert not (tmp_path / "ray_results").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.glue
+def test_a_malformed_setting_exits_2_naming_it_before_ray_starts(glue_dir: Path, tmp_path: Path) -> None:
+    spec = {"task": "rte", "model": "tiny-random", "data": str(glue_dir)}  # a valid spec: the setting is not
+    env = _env(tmp_path, SMARTUNE_JOB_SPEC=json.dumps(spec), RAY_ADDRESS="127.0.0.1:1",
+               SMARTUNE_UNPLACEABLE_TIMEOUT_S="soon")  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.tune.sweep", "--job-id", "bad", "--attempt", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "SMARTUNE_UNPLACEABLE_TIMEOUT_S='soon'" in done.stderr and "Traceback" not in done.stderr
+
+
 def _score_steps(settings: Settings, job_id: str) -> int:
     client = MlflowClient(settings.tracking_uri)
     experiment = client.get_experiment_by_name(settings.experiment)
