@@ -131,6 +131,13 @@ def test_the_gpu_records_get_their_own_section_with_the_same_tables() -> None:
     assert "_No method has run yet._" in cpu_part  # the service's campaign has no method records
     assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in gpu_part
     assert "| task | trials at once | vanilla |" in gpu_part and "| rte | 6–7 | 1.0 s (1.00x) |" in gpu_part
+    assert "Step cost: median training seconds per epoch (1,000 examples" in gpu_part  # the records' default
+    whole = [{**r, "train_examples": 2490} for r in gpu]
+    page = report.render([], [], gpu, whole)
+    gpu_part, whole_part = page.split("## On a lent GPU, the full training sets")
+    assert "every training example (rte 2490)" in whole_part
+    assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in whole_part
+    assert "(2,490 examples, one GPU shared by several trials)" in whole_part
 
 
 def test_the_campaigns_names_round_trip() -> None:
