@@ -45,8 +45,18 @@ def fits(need: Mapping[str, float], node: Mapping[str, float]) -> bool:
 
 
 def request_of(trial: Any) -> dict[str, float]:
-    """A trial's whole request (its bundles summed: a trial's bundles are packed on one node)."""
+    """A trial's whole request: its bundles summed."""
     return dict(trial.placement_group_factory.required_resources)
+
+
+def placeable(trial: Any, nodes: list[dict[str, float]]) -> bool:
+    """Whether the live nodes, by their totals, could hold the trial: all its bundles on one node when they
+    must share one (one bundle, the sweeps' case, or STRICT_PACK), else each bundle on some node (a
+    necessary condition only: the guard never fails a sweep that might still be placed)."""
+    factory = trial.placement_group_factory
+    if len(factory.bundles) == 1 or factory.strategy == "STRICT_PACK":
+        return any(fits(request_of(trial), node) for node in nodes)
+    return all(any(fits(bundle, node) for node in nodes) for bundle in factory.bundles)
 
 
 def _describe(need: Mapping[str, float]) -> str:
@@ -74,17 +84,16 @@ class UnplaceableGuard(Callback):
             self.since = None
             return
         nodes = self.nodes()
-        requests = [request_of(t) for t in pending]
-        if any(fits(need, node) for need in requests for node in nodes):
-            self.since = None  # placeable: Ray is only slow to place it
+        if any(placeable(t, nodes) for t in pending):
+            self.since = None  # Ray is only slow to place it
             return
+        need = request_of(pending[0])
         if self.since is None:
             self.since = now
             logger.warning("no live Ray node can hold a pending trial (%s); waiting up to %.0f s for one",
-                           _describe(requests[0]), self.limit_s)  # fmt: skip
+                           _describe(need), self.limit_s)  # fmt: skip
             return
         if now - self.since >= self.limit_s:
-            need = requests[0]
             most = {name: max((node.get(name, 0.0) for node in nodes), default=0.0) for name in need}
             raise UnplaceableTrials(
                 f"{len(pending)} pending trial(s) need {_describe(need)} on one node, but for "

@@ -11,18 +11,29 @@ import pytest
 from ray.tune.experiment import Trial
 
 from worker.tune.settings import UNPLACEABLE_TIMEOUT_S, Settings
-from worker.tune.unplaceable_guard import CHECK_EVERY_S, UnplaceableGuard, UnplaceableTrials, fits
+from worker.tune.unplaceable_guard import (
+    CHECK_EVERY_S,
+    UnplaceableGuard,
+    UnplaceableTrials,
+    fits,
+    placeable,
+)
 
 
 @dataclass
 class _Factory:
-    required_resources: dict[str, float]
+    bundles: list[dict[str, float]]
+    strategy: str = "PACK"
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        return {k: sum(b.get(k, 0.0) for b in self.bundles) for b in self.bundles for k in b}
 
 
 @dataclass
 class _Trial:
     status: str
-    placement_group_factory: _Factory = field(default_factory=lambda: _Factory({"CPU": 2.0, "GPU": 1.0}))
+    placement_group_factory: _Factory = field(default_factory=lambda: _Factory([{"CPU": 2.0, "GPU": 1.0}]))
 
 
 class _World:
@@ -45,6 +56,15 @@ def test_a_node_fits_a_request_only_when_it_has_every_resource_in_total() -> Non
     assert not fits({"CPU": 2.0, "GPU": 1.0}, {"CPU": 8.0})
     assert not fits({"CPU": 9.0}, {"CPU": 8.0, "GPU": 4.0})
     assert fits({"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0})  # a zero request needs nothing
+
+
+def test_bundles_that_may_spread_need_each_a_node_and_packed_ones_one_node_for_all() -> None:
+    two_nodes = [{"CPU": 4.0, "GPU": 1.0}, {"CPU": 4.0, "GPU": 1.0}]
+    spread = _Trial(Trial.PENDING, _Factory([{"CPU": 1.0, "GPU": 1.0}] * 2, strategy="PACK"))
+    packed = _Trial(Trial.PENDING, _Factory([{"CPU": 1.0, "GPU": 1.0}] * 2, strategy="STRICT_PACK"))
+    one = _Trial(Trial.PENDING, _Factory([{"CPU": 2.0, "GPU": 2.0}]))
+    assert placeable(spread, two_nodes) and not placeable(packed, two_nodes) and not placeable(one, two_nodes)
+    assert placeable(one, [{"CPU": 8.0, "GPU": 2.0}])
 
 
 def test_a_sweep_whose_gpu_node_is_gone_fails_after_the_limit_with_the_reason() -> None:
