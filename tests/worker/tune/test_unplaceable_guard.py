@@ -1,5 +1,5 @@
-"""The unplaceable guard's decision (a fake clock, stand-in trials and node lists); the real sweep on a real
-Ray cluster that loses its node is in test_sweep_unplaceable.py."""
+"""The unplaceable guard's decision (a fake clock, stand-in trials and node lists); a real sweep on a real
+Ray cluster that cannot hold its trial is in test_sweep_unplaceable.py."""
 
 from __future__ import annotations
 
