@@ -37,13 +37,18 @@ def bundle_of(request: Mapping[str, float]) -> dict[str, float]:
     return {_TUNE_TO_RAY.get(key, key): float(v) for key, v in request.items() if v}
 
 
+def fits(bundle: Mapping[str, float], node: Mapping[str, float]) -> bool:
+    """Whether `node`'s resources (free now, or its totals) hold every amount `bundle` asks for."""
+    return all(node.get(name, 0.0) + _EPS >= amount for name, amount in bundle.items() if amount > 0)
+
+
 def choose_node(bundle: Mapping[str, float], room: Room) -> str | None:
     """The node best fit picks for `bundle`: among the nodes with room for all of it, the one left with the
     fewest GPUs, then the least of the other resources it asks for (as a fraction of what it had), then the
     lowest id; None where no node has room now (Ray then queues the trial as usual)."""
     best: tuple[tuple[float, float, str], str] | None = None
     for node, free in room.items():
-        if any(free.get(name, 0.0) + _EPS < amount for name, amount in bundle.items()):
+        if not fits(bundle, free):
             continue
         gpus_left = free.get("GPU", 0.0) - bundle.get("GPU", 0.0)
         others_left = sum(

@@ -10,9 +10,9 @@
 | MLflow experiment  | `SMARTUNE_MLFLOW_EXPERIMENT` | `smartune`                                |
 | GPU trial placement| `SMARTUNE_TRIAL_PLACEMENT`   | `best-fit` (the fullest node that fits, a |
 |                    |                              | hint to Ray); `ray`: Ray's own rule       |
-| unplaceable wait   | `SMARTUNE_UNPLACEABLE_TIMEOUT_S` | `900` s with no live node able to hold |
-|                    |                              | a pending trial, none running; `0`: off   |
-|                    |                              | (also the default with                    |
+| unplaceable wait   | `SMARTUNE_UNPLACEABLE_       | `900` s with no live node able to hold a  |
+|                    | TIMEOUT_S`                   | pending trial, none running; `0`: off     |
+|                    |                              | (the default with                         |
 |                    |                              | `SMARTUNE_WAIT_FOR_RESOURCES`)            |
 
 The Tune storage path lies outside Ray's session directory so that a new Ray head can resume a sweep.
@@ -21,6 +21,7 @@ Standard library only: no torch, no ray, no mlflow.
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 from collections.abc import Mapping
@@ -42,8 +43,8 @@ def _unplaceable(environ: Mapping[str, str]) -> float:
     try:
         seconds = float(raw)
     except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:  # NaN fails this too
         raise ValueError(f"SMARTUNE_UNPLACEABLE_TIMEOUT_S={raw!r}: expected seconds >= 0 (0 turns it off)")
     return seconds
 

@@ -26,6 +26,8 @@ import ray
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from worker.tune.placement import fits
+
 logger = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 5.0  # the Tune loop steps about every 0.1 s; the node list is a GCS call
@@ -38,10 +40,6 @@ class UnplaceableTrials(RuntimeError):
 def live_node_totals() -> list[dict[str, float]]:
     """Each live node's total resources ({"CPU": 8.0, "GPU": 1.0, "memory": ...})."""
     return [dict(node["Resources"]) for node in ray.nodes() if node.get("Alive")]
-
-
-def fits(need: Mapping[str, float], node: Mapping[str, float]) -> bool:
-    return all(amount <= node.get(name, 0.0) + 1e-9 for name, amount in need.items() if amount > 0)
 
 
 def request_of(trial: Any) -> dict[str, float]:

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from ray.tune.experiment import Trial
 
+from worker.tune.placement import fits
 from worker.tune.settings import UNPLACEABLE_TIMEOUT_S, Settings
 from worker.tune.unplaceable_guard import (
     CHECK_EVERY_S,
     UnplaceableGuard,
     UnplaceableTrials,
-    fits,
     placeable,
 )
 
