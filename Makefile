@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
 
-.PHONY: install lock run stop test test-all bench mutation lint format clean
+.PHONY: install lock run stop test test-integration test-all bench research mutation lint format clean
 
 # The versions come from the lock (constraints: what pyproject.toml's ranges resolved to at `make lock`).
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -46,11 +46,28 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: lint
-	$(BIN)/python -m pytest -m "not slow" -q
+# The test tiers (docs/testing.md § Tiers): tests/conftest.py marks each test `unit`, `integration` or `slow`
+# from what it starts. The unit tier runs on UNIT_WORKERS xdist workers (2: this machine's cores) under the
+# guard that fails a unit test which starts a process or binds a socket. The integration and slow tiers run
+# in one process: their tests share one Ray cluster, one Ray head and one PostgreSQL server (an xdist worker
+# would start its own). pytest's exit status 5 (no test selected) is no failure.
+PYTEST := $(BIN)/python -m pytest -q
+UNIT_WORKERS ?= 2
+UNIT_TESTS := SMARTUNE_UNIT_GUARD=1 $(PYTEST) -m unit -n $(UNIT_WORKERS)
+OK_IF_NONE := || [ $$? -eq 5 ]
 
+test: lint
+	$(UNIT_TESTS) $(OK_IF_NONE)
+
+test-integration: install
+	$(PYTEST) -m integration $(OK_IF_NONE)
+
+# Every tier; both runs happen even when the first fails (for CI's log), and either one's failure fails.
 test-all: lint
-	$(BIN)/python -m pytest -q
+	failed=0; \
+	$(UNIT_TESTS) $(OK_IF_NONE) || failed=1; \
+	$(PYTEST) -m "integration or slow" $(OK_IF_NONE) || failed=1; \
+	exit $$failed
 
 # Mutation testing of smart_core against tests/smart_core (about 35 minutes on 2 cores): the surviving
 # mutants and why each is harmless are listed in docs/testing.md.
@@ -62,16 +79,22 @@ bench: install
 	mkdir -p bench/results
 	$(BIN)/smartune bench step --model minilm-l6 --rs-dropout shared,off \
 	  --batch-size 16 --seq-len 64 --json | tee bench/results/step.json
-	$(BIN)/smartune bench numerics --json | tee bench/results/numerics.json
 	$(BIN)/smartune bench api --json | tee bench/results/api.json
-	$(BIN)/smartune bench load | tee bench/results/load.json
+	$(BIN)/smartune bench load $(if $(BENCH_DATABASE_URL),--database-url sqlite --database-url '$(BENCH_DATABASE_URL)') \
+	  | tee bench/results/load.json
 	$(BIN)/smartune bench sweep --model minilm-l6 --task rte --trainings 8 --min-seconds 120 \
 	  | tee bench/results/orchestration.json
 	$(BIN)/smartune bench dashboard --trials 500 --epochs 10 --out bench/results/dashboard.json
 	$(BIN)/smartune bench startup --json | tee bench/results/startup.json
-	$(BIN)/python -m bench.pool_sim   # bench/results/pool_sim.json, docs/img/pool_sim.png (~7 min)
 	$(BIN)/python -m bench.estimate --json | tee bench/results/estimate.json
-	$(BIN)/python -m bench.memory_fit   # service/costs/memory.json from bench/results/memory_h200.json (< 1 s)
+
+# Research (research/README.md; not shipped): the measurements behind docs/pool_at_scale.md,
+# docs/memory_packing.md and the README's numerics table.
+research: install
+	mkdir -p research/results
+	$(BIN)/python -m research.numerics --json | tee research/results/numerics.json
+	$(BIN)/python -m research.pool_sim   # research/results/pool_sim.json, docs/img/pool_sim.png (~7 min)
+	$(BIN)/python -m research.memory_fit   # service/costs/memory.json from research/results/memory_h200.json (< 1 s)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out mutants

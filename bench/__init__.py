@@ -1,7 +1,7 @@
 """Benchmarks (not tests), run as `smartune bench ...`; see bench/README.md.
 
 The step benchmark (`smartune bench step`) is `bench.step` (the command, the timing loop, the memory
-children), `bench.stepper` (one training update per method, also used by bench.memory and bench.numerics)
+children), `bench.stepper` (one training update per method, also used by research.memory and research.numerics)
 and `bench.padding` (the fixed batch and the dynamic-padding comparison). This package module holds the
 small helpers they use and imports nothing heavy (torch only inside `sync`).
 """

@@ -51,10 +51,10 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def _team_key(data_dir: str) -> str:
-    from service import crud
     from service.config import Settings
-    from service.db import connect, migrate
     from service.schemas import TeamCreate
+    from service.store import crud
+    from service.store.db import connect, migrate
 
     db = connect(Settings(data_dir=data_dir, database_url=None).sqlalchemy_url)
     migrate(db)
@@ -157,11 +157,11 @@ def scheduler_round(jobs: int, teams: int, rounds: int) -> dict[str, Any]:
     """Decision time over `jobs` queued jobs from `teams` teams (pure, and with the SQLite read)."""
     from sqlalchemy import insert
 
-    from service import pool
     from service.config import Settings
-    from service.db import connect, migrate
-    from service.models import Job, Team
-    from service.scheduler import Resources
+    from service.engine import pool
+    from service.engine.scheduler import Resources
+    from service.store.db import connect, migrate
+    from service.store.models import Job, Team
 
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="smartune-bench-") as data_dir:

@@ -20,7 +20,7 @@ class _BusyPool:
         self.running.add(submission_id)
 
     def info(self, sid: str) -> Any:
-        from service.ray_jobs import RayJobInfo
+        from service.engine.ray_jobs import RayJobInfo
 
         return RayJobInfo("RUNNING", "") if sid in self.running else None
 
@@ -31,7 +31,7 @@ class _BusyPool:
         return None
 
     def capacity(self) -> Any:
-        from service.scheduler import Resources
+        from service.engine.scheduler import Resources
 
         return Resources(cpus=1.0, gpus=1.0)
 
@@ -44,7 +44,7 @@ class _NoRuns:
         return "0"
 
     def job_runs(self, _job_id: str) -> Any:
-        from service.tracking import JobRuns
+        from service.engine.tracking import JobRuns
 
         return JobRuns(None, None, [])
 

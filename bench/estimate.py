@@ -26,7 +26,7 @@ from bench.padding import glue_root
 from service.config import Settings
 from service.costs.calibration import default_document, from_document
 from service.costs.estimate import plan
-from service.models import Team
+from service.store.models import Team
 from worker.contract.spec import JobSpec
 from worker.contract.trial import TrainConfig
 from worker.training.finetune import RunCallbacks, run_training

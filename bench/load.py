@@ -1,14 +1,15 @@
 """`smartune bench load` (see cli/bench_cmd.py): the whole service under a crowd, for real.
 
-A real `smartune serve` (uvicorn, the engine, a real Ray head of its own, MLflow in the data directory; the
-job store on SQLite, or on a throwaway PostgreSQL with `--postgres`) takes `--clients` concurrent clients for
-`--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
+A real `smartune serve` (bench/launch.py: uvicorn, the engine, a local Ray head of its own with 2 CPUs,
+MLflow in a temporary data directory; the job store on SQLite there, or on the database `--database-url`
+names, e.g. a PostgreSQL of your own) takes `--clients` concurrent clients for `--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
 trial of a tiny random BERT on a synthetic RTE-shaped folder) whenever its team's queue has room, and
 otherwise reads one of its team's jobs or lists them. A 429 is obeyed (`Retry-After`). Then every accepted
 job must reach a final state within `--drain-timeout` seconds, each read back from the store.
 
 Reported: requests, p50/p95/p99 per endpoint, status counts, 5xx (the target: zero), accepted jobs and
-their final states, the time to drain. Traffic goes to 127.0.0.1 only.
+their final states, the time to drain. Traffic goes to 127.0.0.1 only. A `--database-url` database keeps
+what the run made in it (its teams `load-<run>-<n>`, their keys and jobs): give the benchmark one of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import json
 import random
+import secrets
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_load import _percentiles
-from bench.cluster import Server, make_server, start_postgres, start_ray_head
+from bench.launch import Served, serve
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 JOB: dict[str, Any] = {  # one trial, a few seconds of training: the driver's start dominates
@@ -53,17 +55,22 @@ def synthetic_glue(root: Path, rows: int = 64) -> Path:
 
 
 def _keys(database_url: str, clients: int, teams: int) -> tuple[str, list[tuple[str, str]]]:
-    """An admin key, and (team, key) for each client, made on the store directly."""
-    from service import crud
-    from service.db import connect, migrate
+    """An admin key, and (team, key) for each client, made on the store directly (the teams named after
+    this run, so a rerun on the same database makes new ones)."""
     from service.schemas import TeamCreate
+    from service.store import crud
+    from service.store.db import connect, migrate
 
     db = connect(database_url)
     migrate(db)
     out: list[tuple[str, str]] = []
     with db.write_sessions() as session:
         _row, admin = crud.create_api_key(session=session, team=None, is_admin=True, name="bench admin")
-        made = [crud.create_team(session=session, team_in=TeamCreate(name=f"load-{t}")) for t in range(teams)]
+        run = secrets.token_hex(3)
+        made = [
+            crud.create_team(session=session, team_in=TeamCreate(name=f"load-{run}-{t}"))
+            for t in range(teams)
+        ]
         for n in range(clients):
             team = made[n % teams]
             _row, key = crud.create_api_key(session=session, team=team, name=f"client {n}")
@@ -150,61 +157,69 @@ async def _load(url: str, keys: list[tuple[str, str]], seconds: float) -> Tally:
     return tally
 
 
-def _drain(url: str, admin: str, job_ids: list[str], timeout: float) -> tuple[dict[str, str], float]:
-    """Each job's state once all are final (or at the timeout), and the seconds it took."""
+def _drain(
+    url: str, admin: str, job_ids: list[str], timeout: float
+) -> tuple[dict[str, str], list[str], float]:
+    """Each job's state once all are final (or at the timeout), the first few jobs that did not succeed
+    (with the service's message), and the seconds it took."""
     import httpx
 
     started = time.monotonic()
     states: dict[str, str] = {}
+    failures: list[str] = []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30) as http:
         while True:
             for job_id in job_ids:
                 if states.get(job_id) not in FINAL:
                     answer = http.get(f"/api/v1/jobs/{job_id}")
-                    states[job_id] = (
-                        answer.json()["state"] if answer.status_code == 200 else f"HTTP {answer.status_code}"
-                    )
+                    job = answer.json() if answer.status_code == 200 else {}
+                    states[job_id] = job.get("state", f"HTTP {answer.status_code}")
+                    if states[job_id] in ("FAILED", "CANCELLED") and len(failures) < 3:
+                        failures.append(f"{job_id} {states[job_id]}: {job.get('message')}")
             if all(s in FINAL for s in states.values()) or time.monotonic() - started > timeout:
-                return states, time.monotonic() - started
+                return states, failures, time.monotonic() - started
             time.sleep(5)
 
 
 def run_load(
-    *, clients: int, teams: int, seconds: float, queue_limit: int, drain_timeout: float, postgres: bool
+    *,
+    clients: int,
+    teams: int,
+    seconds: float,
+    queue_limit: int,
+    drain_timeout: float,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
-    """Start Ray, the store and the server; load it; drain; stop everything; return the report."""
+    """Start the service (on `database_url`, or SQLite in a temp folder); load it; drain; stop it; return
+    the report."""
     with tempfile.TemporaryDirectory(prefix="smartune-load-") as tmp:
         root = Path(tmp)
-        database = start_postgres() if postgres else None
-        head = start_ray_head(num_cpus=2, num_gpus=0)
-        server: Server | None = None
+        url = database_url or f"sqlite:///{root / 'data' / 'smartune.db'}"
+        (root / "data").mkdir()
+        admin, keys = _keys(url, clients, teams)
+        server: Served | None = None
         try:
-            url = (
-                database.create_database("load") if database else f"sqlite:///{root / 'data' / 'smartune.db'}"
-            )
-            (root / "data").mkdir()
-            admin, keys = _keys(url, clients, teams)
-            server = make_server(
-                root,
-                ray_address=head.address,
+            server = serve(
+                root / "data",
                 database_url=url,
                 SMARTUNE_GLUE_DIR=str(synthetic_glue(root / "glue")),
                 SMARTUNE_MAX_QUEUED_JOBS_PER_TEAM=str(queue_limit),
                 SMARTUNE_BOOTSTRAP_ADMIN="false",
-            ).start()
+                SMARTUNE_SCHEDULER_INTERVAL_S="0.5",  # dispatch soon after a submission or a job's end
+                SMARTUNE_CAPACITY_TTL_S="1",
+                HF_HUB_OFFLINE="1",  # the tiny model is built here: nothing to download
+                TRANSFORMERS_OFFLINE="1",
+            )
             tally = asyncio.run(_load(server.url, keys, seconds))
             accepted = [job for ids in tally.accepted.values() for job in ids]
-            states, drained = _drain(server.url, admin, accepted, drain_timeout)
+            states, failures, drained = _drain(server.url, admin, accepted, drain_timeout)
         finally:
             if server is not None:
                 server.stop()
-            head.stop()
-            if database is not None:
-                database.stop()
     endpoints = tally.report()
     requests = sum(e["n"] for e in endpoints.values())
     return {
-        "database": "postgresql" if postgres else "sqlite",
+        "database": url.split(":", 1)[0].split("+", 1)[0],  # the dialect: sqlite, postgresql
         "clients": clients,
         "teams": teams,
         "seconds": seconds,
@@ -218,12 +233,14 @@ def run_load(
         "refusals_429": dict(tally.refusals),
         "accepted_jobs": len(accepted),
         "final_states": dict(Counter(states.values())),
+        "first_failures": failures,
         "all_final": all(s in FINAL for s in states.values()),
         "drain_s": round(drained, 1),
     }
 
 
 def main(args: argparse.Namespace) -> int:
+    urls = args.database_url or ["sqlite"]
     report = [
         run_load(
             clients=args.clients,
@@ -231,9 +248,9 @@ def main(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             queue_limit=args.queue_limit,
             drain_timeout=args.drain_timeout,
-            postgres=database == "postgresql",
+            database_url=None if url == "sqlite" else url,
         )
-        for database in args.databases.split(",")
+        for url in urls
     ]
     print(json.dumps(report, indent=2))  # noqa: T201
     ok = all(r["server_errors"] == 0 and r["all_final"] for r in report)

@@ -31,7 +31,7 @@ class InMemoryTracker:
         return "1"
 
     def job_runs(self, job_id: str, experiment: str | None = None) -> Any:
-        from service.tracking import JobRuns
+        from service.engine.tracking import JobRuns
 
         return JobRuns("1", f"parent-{job_id}", list(self.trials.get(job_id, [])))
 
@@ -66,7 +66,7 @@ class IdlePool:
         return None
 
     def capacity(self) -> Any:
-        from service.scheduler import Resources
+        from service.engine.scheduler import Resources
 
         return Resources(cpus=16.0, gpus=4.0)
 
@@ -113,10 +113,11 @@ def seed_sweep(
 ) -> tuple[str, str]:
     """A team, its key and one job of the grid lrs x lambdas x seeds, every trial with `epochs` epochs
     in `tracker` and in the job store (as the engine's sync would leave them). Returns (job id, key)."""
-    from service import crud, sync
-    from service.models import JobState
+    from service.engine import sync
+    from service.engine.tracking import TrialRun
     from service.schemas import TeamCreate
-    from service.tracking import TrialRun
+    from service.store import crud
+    from service.store.models import JobState
     from worker.contract.spec import JobSpec
 
     body = {

@@ -8,6 +8,9 @@ the LR schedule.
 - Memory: one child process per method (`python -m bench.step --child METHOD ...`), since a process
   cannot forget its own allocator history. See `memory_note()` for what is counted.
 - Padding: bench/padding.py.
+- `flops_bf16_share`: the share of one step's matmul FLOPs that runs at bf16 when its forward runs under bf16
+  autocast (bench/flops.py), one untimed step per method on a model copy of its own: tensor-core use, read on
+  any device (SMART's exact fp32 path: 0).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import transformers
 from torch import Tensor
 
 from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
+from bench.flops import method_bf16_share
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from bench.stepper import PEER, Stepper, load_model, parse_variant
 from worker.training.adapter import EmbeddingAdapter
@@ -208,9 +212,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     del steppers
     step_s = {m: clean_median(times[m], clean[m]) for m in times}
     peak = measure_memory(methods, args, device)
+    shares = {m: method_bf16_share(model, m, batch, labels, device) for m in methods}
     results = {
         m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
-            "mem_ratio": peak[m] / peak["vanilla"]}
+            "mem_ratio": peak[m] / peak["vanilla"], "flops_bf16_share": shares[m]}
         for m in methods
     }  # fmt: skip
     for m, seconds in amortized(step_s).items():

@@ -5,7 +5,7 @@ from worker.training.adapter.EmbeddingAdapter), the finiteness check, backward, 
 zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
 Methods are `smart_core.METHOD_PRESETS` names, optionally with `+field=value` overrides (`parse_variant`),
 or PEER: the smart-pytorch port at our smart-rs-only settings. Shared by bench.step (time and memory per
-method), bench.memory (the memory estimate's measurements) and bench.numerics (the model it loads).
+method), research.memory (the memory estimate's measurements) and research.numerics (the model it loads).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def _budget_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
 
 def _store(args: argparse.Namespace) -> Any:
     from service.config import Settings
-    from service.db import connect, migrate
+    from service.store.db import connect, migrate
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     db = connect(settings.sqlalchemy_url)
@@ -86,8 +86,8 @@ def _store(args: argparse.Namespace) -> Any:
 def create_team(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from service import crud
     from service.schemas import TeamCreate
+    from service.store import crud
 
     try:
         team_in = TeamCreate(
@@ -122,8 +122,8 @@ def set_budget(args: argparse.Namespace) -> int:
     """Only the flags given change: `--gpu-hours none` removes that budget."""
     from pydantic import ValidationError
 
-    from service import crud
     from service.schemas import TeamUpdate
+    from service.store import crud
 
     flags = {
         "gpu_hours_budget": "gpu_hours",
@@ -149,7 +149,7 @@ def set_budget(args: argparse.Namespace) -> int:
 
 
 def create_key(args: argparse.Namespace) -> int:
-    from service import crud
+    from service.store import crud
 
     if args.team is None and not args.admin:
         raise ValueError("name a TEAM, or pass --admin for a team-less admin key")
@@ -165,7 +165,7 @@ def create_key(args: argparse.Namespace) -> int:
 
 
 def revoke_key(args: argparse.Namespace) -> int:
-    from service import crud
+    from service.store import crud
 
     db = _store(args)
     with db.write_sessions() as session:
@@ -179,7 +179,7 @@ def revoke_key(args: argparse.Namespace) -> int:
 
 
 def list_teams(args: argparse.Namespace) -> int:
-    from service import crud
+    from service.store import crud
 
     db = _store(args)
     with db.sessions() as session:

@@ -5,8 +5,6 @@ and what ASHA saves."""
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,25 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--padding-tasks", default="rte,mrpc,cola", help="tasks of the padding comparison ('' skips it)"
     )
     step.add_argument("--json", action="store_true", help="print one JSON object")
-    step.add_argument(
-        "--calibration",
-        type=Path,
-        default=None,
-        help="also merge the measurements into this calibration file (the format of "
-        "service/costs/calibration.json: one entry per method at this model, --seq-len and device)",
-    )
     step.set_defaults(handler=run_step)
-    numerics = kinds.add_parser(
-        "numerics", help="R_s, ‖δ‖, the δ = 0 control and the ascent signal by projection, dropout, precision"
-    )
-    numerics.add_argument("--model", default="minilm-l6")
-    numerics.add_argument("--pairs", type=int, default=16, help="RTE training pairs in the batch")
-    numerics.add_argument("--seq-len", type=int, default=128)
-    numerics.add_argument("--draws", type=int, default=20, help="noise and dropout draws per cell")
-    numerics.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    numerics.add_argument("--device", default="cpu", help="cpu or cuda[:N] (on CUDA also TF32 matmuls)")
-    numerics.add_argument("--json", action="store_true", help="print one JSON object, not markdown tables")
-    numerics.set_defaults(handler=run_numerics)
     _register_sweep(kinds)
 
 
@@ -107,7 +87,14 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
     load.add_argument("--seconds", type=float, default=60.0, help="how long the clients send requests")
     load.add_argument("--queue-limit", type=int, default=4, help="queued jobs per team (then 429)")
     load.add_argument("--drain-timeout", type=float, default=1200.0, help="seconds for every job to end")
-    load.add_argument("--databases", default="sqlite,postgresql", help="job stores to run against, in turn")
+    load.add_argument(
+        "--database-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="the job store: a SQLAlchemy URL (a PostgreSQL of your own; the run's teams, keys and jobs stay "
+        "in it) or 'sqlite' (the default: a fresh file in a temp folder); repeat to run against each in turn",
+    )
     load.set_defaults(handler=run_load)
 
     # Benchmarks with their own options (`smartune bench dashboard --help`): the arguments pass through.
@@ -128,24 +115,7 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
 
 
 def run_step(args: argparse.Namespace) -> int:
-    if args.calibration is None:
-        from bench.step import main
-
-        return main(args)
-    import json
-
-    from bench.calibration import write_calibration
-    from bench.step import run
-
-    result = run(args)
-    print(json.dumps(result, indent=2) if args.json else json.dumps(result["methods"]))
-    written = write_calibration(args.calibration, result)
-    print(f"wrote {written} calibration entries to {args.calibration}", file=sys.stderr)
-    return 0
-
-
-def run_numerics(args: argparse.Namespace) -> int:
-    from bench.numerics import main
+    from bench.step import main
 
     return main(args)
 

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import sqlalchemy.exc
 
     from service.config import Settings
-    from service.db import connect, migrate, wait_until_reachable
+    from service.store.db import connect, migrate, wait_until_reachable
 
     settings = Settings()
     if settings.database_url is None:

@@ -1,6 +1,6 @@
 """`smartune stop`: stop what `smartune serve` (`make run`) started on this machine: the service, then the
 local Ray head it started, found through `<data dir>/run/`. Also after a crash left the head running: then
-the jobs that head ran are requeued here, as the service does at a clean exit (service/planned_stop.py)."""
+the jobs that head ran are requeued here, as the service does at a clean exit (service/engine/planned_stop.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from service.config import Settings
-    from service.local_head import stop_recorded
-    from service.planned_stop import requeue_in_store
+    from service.engine.local_head import stop_recorded
+    from service.engine.planned_stop import requeue_in_store
 
     settings = Settings(data_dir=Path(args.data_dir).expanduser().resolve()) if args.data_dir else Settings()
     data_dir = settings.data_dir

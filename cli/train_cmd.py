@@ -84,14 +84,14 @@ def _absolute(value: str | None) -> str | None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
+    """The flags, trial fields (`t_`) and method fields (`m_`) alike named flat, set into a trial's values
+    as a grid's axes are (worker.contract.grid.with_values)."""
+    from worker.contract.grid import with_values
     from worker.contract.trial import TrainConfig
 
-    values = {k[2:]: v for k, v in vars(args).items() if k.startswith("t_") and v is not None}
-    values["data"], values["model"] = _absolute(values.get("data")), _absolute(values.get("model"))
-    values["method_overrides"] = {
-        k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None
-    }
-    return TrainConfig(**{k: v for k, v in values.items() if v is not None})
+    flags = {k[2:]: v for k, v in vars(args).items() if k[:2] in ("t_", "m_") and v is not None}
+    flags["data"], flags["model"] = _absolute(flags.get("data")), _absolute(flags.get("model"))
+    return TrainConfig.from_dict(with_values({}, {k: v for k, v in flags.items() if v is not None}))
 
 
 def run(args: argparse.Namespace) -> int:

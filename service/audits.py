@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import crud
 from service.config import Settings
 from service.errors import ApiError
-from service.models import Job, JobKind, JobState, Trial
 from service.schemas import AuditRequest
+from service.store import crud
+from service.store.models import Job, JobKind, JobState, Trial
 
 AUDIT_MODULE = "worker.tune.audit"
 MAX_AUDITS_PER_JOB = 50  # stored audits of one job: re-running a trial costs a trial's compute

@@ -16,14 +16,15 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service import crud, validation
+from service import validation
 from service.config import Settings
 from service.costs import budget, calibration, estimate, memory
 from service.datasets import ops as datasets
+from service.engine.ray_jobs import RayJobs, RayUnavailable
+from service.engine.scheduler import Resources
 from service.errors import ApiError
-from service.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
-from service.ray_jobs import RayJobs, RayUnavailable
-from service.scheduler import Resources
+from service.store import crud
+from service.store.models import ACTIVE_STATES, FINAL_STATES, Job, JobState, Team
 from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)

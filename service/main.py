@@ -24,21 +24,22 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
-from service import crud, dashboard, errors
+from service import dashboard, errors
 from service.api.deps import KeyCache, Writer
 from service.api.main import api_router
 from service.api.routes import health, metrics
 from service.config import Settings, get_settings
-from service.db import Database, connect, migrate
-from service.engine import Engine
+from service.engine.ray_jobs import JobSubmissionAdapter, RayJobs
+from service.engine.rounds import Engine
+from service.engine.tracking import MlflowTracker, Tracker
 from service.http import metrics as http_metrics
 from service.http import openapi
 from service.http.headers import CORSMiddleware, SecurityHeadersMiddleware, cors_options, docs_policy
 from service.http.logs import RequestIdMiddleware, bind_job_id
 from service.http.ratelimit import RateLimiter
 from service.limits import BodyLimitMiddleware
-from service.ray_jobs import JobSubmissionAdapter, RayJobs
-from service.tracking import MlflowTracker, Tracker
+from service.store import crud
+from service.store.db import Database, connect, migrate
 from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
 uvicorn, and on exit stops the head it started unless `keep_ray` is set, then requeues the jobs that head
-ran as a planned stop (service.planned_stop). The job store, MLflow store and Tune storage live in the
+ran as a planned stop (service.engine.planned_stop). The job store, MLflow store and Tune storage live in the
 data directory; `<data dir>/run/` records the running processes for `smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
 access lines included.
 """
@@ -15,8 +15,8 @@ from types import FrameType
 
 import uvicorn
 
-from service import local_head, planned_stop
 from service.config import Settings
+from service.engine import local_head, planned_stop
 from service.http import logs
 from service.main import create_app
 

@@ -12,10 +12,10 @@ import fnmatch
 import os
 
 from service.config import Settings
+from service.engine.pool import concurrency
+from service.engine.scheduler import Resources
 from service.errors import ApiError
-from service.models import Team
-from service.pool import concurrency
-from service.scheduler import Resources
+from service.store.models import Team
 from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 

@@ -9,6 +9,8 @@ outputs f(x) that R_s compares against. Steps:
 3. outer   R_s = ℓ_s(f(x + sg(δ)), f(x)): gradient reaches the parameters through both forwards.
 A non-finite inner gradient skips the regulariser for the batch (R_s = 0) and is counted, on the
 device: nothing here waits for the accelerator.
+The ascent gradient is a parameter (`GradientFn`): the exact one here, or its linearisation
+(smart_core.linearized.linear_ascent_gradient) for an arithmetic that cannot resolve δ.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from smart_core.divergences import divergence
 from smart_core.perturbation import initial_noise, normalize_gradient, project, sizes
 
 ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
+# (x, δ, sg f(x) or None, forward, regression) -> ∇_δ ℓ_s(f(x + δ), sg f(x)) (B, T, H) fp32, per example
+GradientFn = Callable[[Tensor, Tensor, "Tensor | None", ForwardFn, bool], Tensor]
 
 
 @dataclass
@@ -37,9 +41,12 @@ class AdversarialResult:
     skipped: Tensor  # 1.0 when a non-finite gradient made us skip R_s for this batch, else 0.0
 
 
-def _ascent_gradient(
-    x: Tensor, delta: Tensor, target: Tensor, forward: ForwardFn, regression: bool
+def exact_ascent_gradient(
+    x: Tensor, delta: Tensor, target: Tensor | None, forward: ForwardFn, regression: bool
 ) -> Tensor:
+    """∇_δ ℓ_s(f(x + δ), target) (B, T, H) fp32, per example: one forward at x + δ, input gradient only."""
+    if target is None:
+        raise ValueError("the exact ascent gradient needs the reference outputs f(x)")
     delta = delta.detach().requires_grad_(True)
     perturbed = forward(x + delta)  # fp32 + fp32: a small step survives the add
     # "sum": each example's gradient is independent of the batch size (mean would shrink it by B).
@@ -50,23 +57,27 @@ def _ascent_gradient(
 
 def ascend(
     x: Tensor,
-    reference: Tensor,
+    reference: Tensor | None,
     forward: ForwardFn,
     mask: Tensor,
     config: MethodConfig,
     regression: bool,
     generator: torch.Generator | None = None,
+    *,
+    gradient: GradientFn = exact_ascent_gradient,
+    noise: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Steps 1-2: (δ (B, T, H) fp32 detached, step_to_noise, finite). When an inner gradient was not
-    finite, `finite` is False and δ is zero, so the caller's perturbed forward stays finite."""
+    finite, `finite` is False and δ is zero, so the caller's perturbed forward stays finite.
+    `noise`: ν already drawn (else drawn here); `reference` may be None for a gradient that computes f(x)."""
     x_fixed = x.detach()
-    target = reference.detach()
-    delta = initial_noise(x_fixed, mask, config.sigma, config.noise, generator)
+    target = reference.detach() if reference is not None else None
+    delta = initial_noise(x_fixed, mask, config.sigma, config.noise, generator) if noise is None else noise
     noise_norm = delta.norm()
     step_to_noise = torch.zeros((), device=x.device)
     finite = torch.ones((), dtype=torch.bool, device=x.device)
     for step in range(config.ascent_steps):
-        grad = _ascent_gradient(x_fixed, delta, target, forward, regression)
+        grad = gradient(x_fixed, delta, target, forward, regression)
         ok = torch.isfinite(grad).all()
         finite = finite & ok
         direction = torch.where(ok, normalize_gradient(grad, config.grad_norm), torch.zeros_like(grad))
@@ -92,9 +103,13 @@ def smoothness_regularizer(
     config: MethodConfig,
     regression: bool,
     generator: torch.Generator | None = None,
+    *,
+    gradient: GradientFn = exact_ascent_gradient,
 ) -> AdversarialResult:
     """R_s for one batch: the divergence between f(x + δ_adv) and f(x), batch mean, both with graph."""
-    delta, step_to_noise, finite = ascend(x, reference, forward, mask, config, regression, generator)
+    delta, step_to_noise, finite = ascend(
+        x, reference, forward, mask, config, regression, generator, gradient=gradient
+    )
     perturbed = forward(x + delta)  # only δ is detached: gradient flows into x's graph and the weights
     r_s = divergence(perturbed, reference, regression=regression) * finite
     linf, l2 = sizes(delta)
@@ -115,8 +130,8 @@ def ascent_signal(
     model's geometry is odd in ν (cosine 1); rounding noise or a second dropout draw is not (cosine ≈ 0)."""
     nu = initial_noise(x.detach(), mask, config.sigma, config.noise, generator)
     target = reference.detach()
-    plus = _ascent_gradient(x.detach(), nu, target, forward, regression).double().flatten()
-    minus = _ascent_gradient(x.detach(), -nu, target, forward, regression).double().flatten()
+    plus = exact_ascent_gradient(x.detach(), nu, target, forward, regression).double().flatten()
+    minus = exact_ascent_gradient(x.detach(), -nu, target, forward, regression).double().flatten()
     # Plain formula: F.cosine_similarity clamps ‖a‖·‖b‖ at 1e-8, and these gradients are ~1e-9 at σ = 1e-5.
     cosine: Tensor = -(plus @ minus) / (plus.norm() * minus.norm()).clamp_min(1e-300)
     return cosine.float()

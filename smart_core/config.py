@@ -5,8 +5,8 @@ Symbols follow Jiang et al. (ACL 2020), Section 3 and Algorithm 1. Nothing here 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal, get_args
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal, TypeVar, get_args
 
 MethodName = Literal["vanilla", "smart", "r3f", "freelb", "pgd"]
 Projection = Literal["ball", "renorm"]  # ball: clamp δ to the ε-ball (paper); renorm: official mt-dnn rule
@@ -18,9 +18,13 @@ NoiseDist = Literal["normal", "uniform"]  # ν ~ N(0, σ²) (SMART) or U(−σ, 
 # Where the perturbation is added: the embedding layer's output (SMART: after positions, LayerNorm and
 # dropout) or the word embeddings before them (FreeLB, R3F and PGD as their papers and code do).
 PerturbSite = Literal["embedding-output", "word-embeddings"]
+# How R_s's passes run where the step's arithmetic cannot resolve the perturbation (smart_core.precision):
+# auto: linearised at bf16 / TF32 (smart_core.linearized), else the exact step in fp32; fp32: the exact step
+# in fp32 always; linearized: linearised below bf16's resolution whatever the arithmetic, fp32 included.
+RsArithmetic = Literal["auto", "fp32", "linearized"]
 
 # The smallest ε (ball) and σ that fp32, the most precise arithmetic a step runs at, resolves: below it
-# the gradient of R_s points nowhere (smart_core.precision; `smartune bench numerics`).
+# the gradient of R_s points nowhere (smart_core.precision; `python -m research.numerics`).
 MIN_PERTURBATION = 1e-5
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
@@ -34,49 +38,77 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "teacher_dropout": get_args(DropoutMode),
     "noise": get_args(NoiseDist),
     "perturb_site": get_args(PerturbSite),
+    "rs_arithmetic": get_args(RsArithmetic),
 }
 _TEACHER_DROPOUT_BOOL = {False: "off", True: "independent"}  # the switch's older true/false spelling
+
+# What each field is to the equivalence of two configs (worker.contract.grid.canonical_method): the switch
+# that makes it irrelevant to training. Every field declares its role where it is declared (`_role`).
+FieldRole = Literal[
+    "method",  # what the method is: its name and the weights λ_s, μ that switch R_s and D_Breg on
+    "perturbation",  # R_s's perturbation: unused without R_s
+    "ascent",  # the ascent step and its projection: unused without R_s, or with T_x = 0
+    "site",  # where the perturbation is added: unused when nothing is perturbed
+    "bregman",  # the proximal term's teacher: unused without D_Breg (μ = 0 or bregman none)
+    "adversarial",  # FreeLB's and PGD's own: unused by every other method
+    "observation",  # what is logged, never what is trained
+]
+_T = TypeVar("_T")
+
+
+def _role(role: FieldRole, default: _T) -> _T:
+    """A MethodConfig field with its `role` (FieldRole) in its metadata."""
+    return field(default=default, metadata={"role": role})
 
 
 @dataclass(frozen=True)
 class MethodConfig:
     """Every hyperparameter of a training method; defaults are the paper's (Section 4.1, Appendix B)."""
 
-    method: MethodName = "smart"
-    lambda_s: float = 1.0  # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation)
-    mu: float = 1.0  # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
-    epsilon: float = 1e-5  # ε: radius of the ℓ_p ball of the `ball` projection (embedding units)
-    sigma: float = 1e-5  # σ: std of the Gaussian init ν ~ N(0, σ²I) (half-width with noise=uniform)
-    noise: NoiseDist = "normal"
-    eta: float = 1e-3  # η: ascent step size, applied to the normalised gradient
-    ascent_steps: int = 1  # T_x: inner ascent steps (paper: 1)
-    projection: Projection = "ball"
-    grad_norm: GradNorm = (
-        "example-inf"  # how g is normalised before the step (Algorithm 1 line 8: per example ℓ∞)
-    )
-    norm_p: NormP = "inf"  # p of the ball (`ball`) or of the per-token norm (`renorm`)
-    renorm_stabilizer: float = (
-        1e-6  # added to the per-token norm in `renorm` (mt-dnn's "adv_epsilon"), not a radius
-    )
-    bregman: BregmanKind = "momentum"  # MBPP (EMA teacher), VBPP (previous outer iterate) or none
-    inner_updates: int = 1  # S: optimiser updates per outer proximal iteration (reference fixed during them)
-    beta_early: float = 0.99  # β of the EMA teacher for the first `beta_switch` fraction of planned updates
-    beta_late: float = 0.999  # β afterwards
-    beta_switch: float = 0.1  # fraction of planned updates that use beta_early
+    method: MethodName = _role("method", "smart")
+    # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation)
+    lambda_s: float = _role("method", 1.0)
+    # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
+    mu: float = _role("method", 1.0)
+    # ε: radius of the ℓ_p ball of the `ball` projection (embedding units)
+    epsilon: float = _role("ascent", 1e-5)
+    # σ: std of the Gaussian init ν ~ N(0, σ²I) (half-width with noise=uniform)
+    sigma: float = _role("perturbation", 1e-5)
+    noise: NoiseDist = _role("perturbation", "normal")
+    eta: float = _role("ascent", 1e-3)  # η: ascent step size, applied to the normalised gradient
+    ascent_steps: int = _role("perturbation", 1)  # T_x: inner ascent steps (paper: 1)
+    projection: Projection = _role("ascent", "ball")
+    # How g is normalised before the step (Algorithm 1 line 8: per example ℓ∞).
+    grad_norm: GradNorm = _role("ascent", "example-inf")
+    norm_p: NormP = _role("ascent", "inf")  # p of the ball (`ball`) or of the per-token norm (`renorm`)
+    # Added to the per-token norm in `renorm` (mt-dnn's "adv_epsilon"), not a radius.
+    renorm_stabilizer: float = _role("ascent", 1e-6)
+    # MBPP (EMA teacher), VBPP (previous outer iterate) or none
+    bregman: BregmanKind = _role("bregman", "momentum")
+    # S: optimiser updates per outer proximal iteration (reference fixed during them)
+    inner_updates: int = _role("bregman", 1)
+    # β of the EMA teacher for the first `beta_switch` fraction of planned updates
+    beta_early: float = _role("bregman", 0.99)
+    beta_late: float = _role("bregman", 0.999)  # β afterwards
+    beta_switch: float = _role("bregman", 0.1)  # fraction of planned updates that use beta_early
     # How the R_s forwards (ascent, perturbed, and their clean reference) treat dropout; see smart_core.dropout.
-    rs_dropout: DropoutMode = "independent"
+    rs_dropout: DropoutMode = _role("perturbation", "independent")
     # The teacher f(x; θ̃): "off" = eval mode, a deterministic target (~1/3 cheaper on CPU); "shared" = the
     # clean forward's masks; "independent" = masks of its own. true/false mean independent/off.
-    teacher_dropout: DropoutMode = "off"
-    perturb_site: PerturbSite = "embedding-output"
+    teacher_dropout: DropoutMode = _role("bregman", "off")
+    perturb_site: PerturbSite = _role("site", "embedding-output")
     # Every N-th step also measures R_s at δ = 0 (the dropout-only control) and the ascent's signal (the
     # cosine of the ascent gradients at ν and −ν); 0 = never. They cost about two forwards when measured.
-    diagnostics_every: int = 10
-    adv_steps: int = 2  # K: ascent steps of FreeLB / PGD
-    adv_lr: float = 0.1  # α: FreeLB / PGD step size on the normalised gradient
-    adv_init_mag: float = 0.6  # FreeLB / PGD initial perturbation magnitude (0 = start clean)
-    adv_max_norm: float = 0.0  # FreeLB / PGD projection radius (0 = no projection)
-    adv_norm: Literal["l2", "inf"] = "l2"  # FreeLB / PGD norm for init, normalisation and projection
+    diagnostics_every: int = _role("observation", 10)
+    adv_steps: int = _role("adversarial", 2)  # K: ascent steps of FreeLB / PGD
+    adv_lr: float = _role("adversarial", 0.1)  # α: FreeLB / PGD step size on the normalised gradient
+    # FreeLB / PGD initial perturbation magnitude (0 = start clean)
+    adv_init_mag: float = _role("adversarial", 0.6)
+    adv_max_norm: float = _role("adversarial", 0.0)  # FreeLB / PGD projection radius (0 = no projection)
+    # FreeLB / PGD norm for init, normalisation and projection.
+    adv_norm: Literal["l2", "inf"] = _role("adversarial", "l2")
+    # The arithmetic of R_s's passes below the step's resolution (RsArithmetic above; docs/architecture.md §4).
+    rs_arithmetic: RsArithmetic = _role("perturbation", "fp32")
 
     def __post_init__(self) -> None:
         if isinstance(self.teacher_dropout, bool):
@@ -134,6 +166,11 @@ class MethodConfig:
                     f"gradient of R_s is rounding noise there (cosine 0.50 with fp64 at 1e-6, 0.99 at 1e-5 on "
                     f"MiniLM-L6). Use {name} >= {MIN_PERTURBATION:g} (the paper's value), or 0"
                 )
+        if self.rs_arithmetic == "linearized" and self.rs_dropout == "independent":
+            raise ValueError(
+                "rs_arithmetic 'linearized' cannot express rs_dropout 'independent' (a second dropout draw "
+                "for f(x + δ)): use rs_dropout shared or off, or rs_arithmetic auto or fp32"
+            )
 
     def _check_method_identity(self) -> None:
         """Overrides that would silently turn one method into another are refused."""
@@ -221,6 +258,14 @@ METHOD_PRESETS: dict[str, dict[str, Any]] = {
 TUNABLE_PRESET_FIELDS = frozenset(
     {"noise", "perturb_site", "adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm"}
 )
+
+
+FIELD_ROLES: dict[str, FieldRole] = {f.name: f.metadata["role"] for f in fields(MethodConfig)}
+
+
+def fields_with(*roles: FieldRole) -> tuple[str, ...]:
+    """The MethodConfig fields of these roles, in declaration order."""
+    return tuple(name for name, role in FIELD_ROLES.items() if role in roles)
 
 
 def method_config(name: str, **overrides: Any) -> MethodConfig:

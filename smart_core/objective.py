@@ -14,8 +14,9 @@ The step's dropout and precision (smart_core.dropout, smart_core.precision):
 - R_s compares f(x + δ) with a reference f(x) taken under the same dropout treatment: the clean forward
   itself for `independent` and `shared` (whose extra forwards replay the clean forward's masks), a second
   clean forward in eval mode for `off` (one more forward with graph).
-- Under autocast, a step whose perturbation the autocast dtype cannot resolve runs in fp32
-  (component `fp32_step` = 1).
+- Under autocast (or TF32), R_s's passes at a perturbation the arithmetic cannot resolve are linearised at
+  it (component `linearized_step` = 1; smart_core.linearized: then the clean forward of `shared` is the JVP
+  pass that also gives Jδ), or the whole step runs in fp32 (`fp32_step` = 1): smart_core.precision.step_plan.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from smart_core.adversarial import ascent_signal, smoothness_regularizer
+from smart_core.adversarial import ascent_signal, exact_ascent_gradient, smoothness_regularizer
 from smart_core.baselines import freelb_loss, pgd_loss
 from smart_core.bregman import ProximalReference
 from smart_core.config import MethodConfig
 from smart_core.divergences import divergence, task_loss
 from smart_core.dropout import RngState, eval_mode, replaying
-from smart_core.precision import full_precision, needs_fp32, step_arithmetic
+from smart_core.linearized import linear_ascent_gradient, linearized_regularizer, math_attention
+from smart_core.perturbation import initial_noise
+from smart_core.precision import StepPlan, full_precision, step_arithmetic, step_plan
 
 
 @dataclass
@@ -118,28 +121,36 @@ class Objective:
         parts["loss"] = loss.detach()
         return loss, parts
 
-    def _precision(self, x: Tensor) -> tuple[contextlib.AbstractContextManager[None], bool]:
-        """fp32 for the rest of the step when autocast or TF32 would round this config's perturbation away."""
-        dtype = step_arithmetic(x.device)
-        if needs_fp32(self.config, dtype, hidden=x.shape[-1], elements=x.shape[1] * x.shape[-1]):
-            return full_precision(x.device), True
-        return contextlib.nullcontext(), False
+    def _plan(self, x: Tensor) -> StepPlan:
+        """How this step's R_s passes run at the arithmetic of x's device (smart_core.precision.step_plan)."""
+        arithmetic = step_arithmetic(x.device)
+        return step_plan(self.config, arithmetic, hidden=x.shape[-1], elements=x.shape[1] * x.shape[-1])
 
     def _smart(self, fns: ModelFns, labels: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         cfg = self.config
         device = fns.mask.device
         embed_rng = RngState.capture(device)  # the teacher's `shared` masks: embedding included
         x = fns.embed()  # embedded once (autocast leaves it fp32); every forward of this step starts from x
-        precision, fp32_step = self._precision(x)
-        with precision:
-            clean_rng = RngState.capture(device)  # the R_s forwards' `shared` masks
-            clean = fns.forward(x)
+        plan = self._plan(x)
+        precision = full_precision(device) if plan.fp32 else contextlib.nullcontext()
+        # A linearised step's forwards all take SDPA's math backend: the JVP passes need it, and `shared`
+        # dropout masks (R_s's, the teacher's) replay only through the same attention kernel.
+        attention = math_attention() if plan.linearized else contextlib.nullcontext()
+        parts: dict[str, Tensor] = {}
+        with precision, attention:
+            if cfg.uses_smoothness:
+                clean, r_s = self._regularizer(fns, x, plan, parts)
+            else:
+                clean = fns.forward(x)
             task = task_loss(clean, labels, self.regression)
             loss = task
-            parts: dict[str, Tensor] = {"task_loss": task.detach()}
+            parts["task_loss"] = task.detach()
             if cfg.uses_smoothness:
-                loss = loss + cfg.lambda_s * self._regularizer(fns, x, clean, clean_rng, task, parts)
-                parts["fp32_step"] = torch.tensor(float(fp32_step), device=device)
+                loss = loss + cfg.lambda_s * r_s
+                parts["fp32_step"] = torch.tensor(float(plan.fp32), device=device)
+                parts["linearized_step"] = torch.tensor(float(plan.linearized), device=device)
+                if self.diagnostic_params:
+                    parts["grad_ratio_rs"] = gradient_norm_ratio(r_s, task, self.diagnostic_params)
             if self.reference is not None:
                 teacher = self.reference.outputs(lambda: fns.forward(fns.embed()), embed_rng)
                 d_breg = divergence(clean, teacher, regression=self.regression)
@@ -148,29 +159,45 @@ class Objective:
         return loss, parts
 
     def _regularizer(
-        self,
-        fns: ModelFns,
-        x: Tensor,
-        clean: Tensor,
-        clean_rng: RngState,
-        task: Tensor,
-        parts: dict[str, Tensor],
-    ) -> Tensor:
+        self, fns: ModelFns, x: Tensor, plan: StepPlan, parts: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """(the clean outputs f(x), R_s), both with graph; R_s's components go into `parts`."""
         cfg = self.config
         mode = cfg.rs_dropout
+        noise = None
+        if plan.linear_outer and mode == "shared":
+            # The clean forward is the JVP pass below, after the ascent: ν is drawn before the masks' state
+            # is taken, so ν and the masks (drawn by that pass, replayed by the ascent) never share draws.
+            noise = initial_noise(x.detach(), fns.mask, cfg.sigma, cfg.noise, self.generator)
+        clean_rng = RngState.capture(x.device)  # the R_s forwards' `shared` masks
 
         def forward(embeddings: Tensor) -> Tensor:
             quiet = eval_mode(self.module) if mode == "off" else contextlib.nullcontext()
             with quiet, replaying(clean_rng if mode == "shared" else None):
                 return fns.forward(embeddings)
 
+        x_rs = x  # where R_s is measured: `off` compares eval-mode forwards of an eval-mode embedding
         if mode == "off":
             with eval_mode(self.module):
-                x = fns.embed()  # without the embedding's dropout either
-            reference = forward(x)  # with graph: R_s's gradient reaches the weights through both sides
+                x_rs = fns.embed()  # without the embedding's dropout either (draws nothing)
+        if cfg.diagnostics_every and self.steps % cfg.diagnostics_every == 0:
+            parts |= self._diagnostics(fns, x_rs, forward, plan)  # before any graph of this step exists
+        if plan.linear_outer:
+            clean = fns.forward(x) if mode == "off" else None
+            # `shared`: the final JVP pass is the clean forward itself, drawing the masks the ascent replayed.
+            reference, adv = linearized_regularizer(
+                x_rs, forward, fns.mask, cfg, self.regression, self.generator,
+                outer_forward=forward if mode == "off" else fns.forward, noise=noise,
+            )  # fmt: skip
+            clean = reference if clean is None else clean
         else:
-            reference = clean
-        adv = smoothness_regularizer(x, reference, forward, fns.mask, cfg, self.regression, self.generator)
+            clean = fns.forward(x)
+            # `off`: with graph, R_s's gradient reaches the weights through both sides
+            reference = forward(x_rs) if mode == "off" else clean
+            gradient = linear_ascent_gradient if plan.linear_ascent else exact_ascent_gradient
+            adv = smoothness_regularizer(
+                x_rs, reference, forward, fns.mask, cfg, self.regression, self.generator, gradient=gradient
+            )
         parts |= {
             "r_s": adv.r_s.detach(),
             "delta_linf": adv.delta_linf,
@@ -178,27 +205,27 @@ class Objective:
             "step_to_noise": adv.step_to_noise,
             "nonfinite_skips": adv.skipped,
         }
-        if self.diagnostic_params:
-            parts["grad_ratio_rs"] = gradient_norm_ratio(adv.r_s, task, self.diagnostic_params)
-        if cfg.diagnostics_every and self.steps % cfg.diagnostics_every == 0:
-            parts |= self._diagnostics(fns, x, reference, forward)
-        return adv.r_s
+        return clean, adv.r_s
 
     def _diagnostics(
-        self, fns: ModelFns, x: Tensor, reference: Tensor, forward: Callable[[Tensor], Tensor]
+        self, fns: ModelFns, x: Tensor, forward: Callable[[Tensor], Tensor], plan: StepPlan
     ) -> dict[str, Tensor]:
         """R_s at δ = 0 (what the regulariser measures without any perturbation: the dropout-only part)
-        and the ascent's signal. They leave the random stream where it was, so training does not depend
-        on whether and how often they run."""
+        and the ascent's signal, measured before the step builds its graph and keeping none: the reference
+        f(x) and the control are no-grad forwards, the signal takes input gradients only, one forward at a
+        time. The reference draws the clean forward's masks (it runs first, from the state the clean
+        forward will start at), the control a draw of its own (`independent`) or the same masks (`shared`).
+        They leave the random stream where it was, so training does not depend on whether and how often
+        they run. On a linearised ascent the gradient is linear in ν by construction, so its mirror image
+        says nothing: no signal is measured there."""
         cfg = self.config
         out: dict[str, Tensor] = {}
         noise_state = self.generator.get_state() if self.generator is not None else None
         with replaying(RngState.capture(x.device)):
             with torch.no_grad():
-                out["r_s_control"] = divergence(
-                    forward(x.detach()), reference.detach(), regression=self.regression
-                )
-            if cfg.ascent_steps > 0 and cfg.sigma > 0:
+                reference = forward(x.detach())
+                out["r_s_control"] = divergence(forward(x.detach()), reference, regression=self.regression)
+            if cfg.ascent_steps > 0 and cfg.sigma > 0 and not plan.linear_ascent:
                 out["ascent_signal"] = ascent_signal(
                     x, reference, forward, fns.mask, cfg, self.regression, self.generator
                 )

@@ -8,7 +8,7 @@
         frame = client.trials_frame(job_id)  # pandas: one row per trial
 
 Importing it loads the standard library only: httpx when a Client is made, PyYAML when a spec file is
-read, pandas for `trials_frame`. `python -m smartune` runs the `smartune` command line.
+read, pandas for `trials_frame`. The `smartune` command line (`cli/`, also `python -m cli`) is built on it.
 """
 
 from __future__ import annotations

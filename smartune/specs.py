@@ -1,31 +1,16 @@
 """Reading a job spec file (YAML or JSON) into the document the server validates; the CLI reads specs
-with this too. YAML is read as YAML 1.2 reads numbers: `1e-4` is a number (PyYAML's YAML 1.1 makes it a
-string, which the server, validating types strictly, refuses where a number goes). The document is sent
-as it is: the server validates it and names the field at fault (client-side validation would need the
-worker's contract, that is pydantic and the method vocabulary, which this SDK does not depend on)."""
+with this too. YAML is read as YAML 1.2 reads numbers (`worker.contract.yaml12`, the loader the contract's
+own spec files use): `1e-4` is a number, where PyYAML's YAML 1.1 makes it a string, which the server,
+validating types strictly, refuses where a number goes. The document is sent as it is: the server
+validates it and names the field at fault (client-side validation would need the whole contract, that is
+pydantic and the method vocabulary, which this SDK does not load)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from functools import cache
 from pathlib import Path
 from typing import Any
-
-_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
-
-
-@cache
-def yaml_loader() -> Any:
-    """PyYAML's safe loader, reading `1e-4` as the float YAML 1.2 says it is."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
-    return Loader
 
 
 def read_spec(path: str | os.PathLike[str]) -> Any:
@@ -39,6 +24,8 @@ def read_spec(path: str | os.PathLike[str]) -> Any:
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not valid JSON: {err}") from None
     import yaml
+
+    from worker.contract.yaml12 import yaml_loader  # PyYAML and re only
 
     try:
         return yaml.load(text, Loader=yaml_loader())  # a SafeLoader subclass

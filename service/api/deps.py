@@ -20,13 +20,14 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service import crud, security
+from service import security
 from service.config import Settings
-from service.db import Database
-from service.engine import Engine
+from service.engine.ray_jobs import RayJobs
+from service.engine.rounds import Engine
 from service.errors import ApiError
 from service.http.ratelimit import RateLimiter, retry_after
-from service.ray_jobs import RayJobs
+from service.store import crud
+from service.store.db import Database
 
 T = TypeVar("T")
 

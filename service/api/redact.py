@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 LOG_TAIL_MARKERS = (
-    "\n--- last lines of the driver's log ---",  # service/watch.py appends the driver's last lines
+    "\n--- last lines of the driver's log ---",  # service/engine/watch.py appends the driver's last lines
     "last available logs",  # Ray's own message for a failed entrypoint quotes its logs after this
 )
 MAX_TEXT = 500

@@ -12,12 +12,11 @@ from collections import Counter
 
 from sqlalchemy.orm import Session
 
-from service import crud
 from service.api.redact import tenant_text
 from service.config import Settings
 from service.costs import budget
 from service.costs.schemas import CostPublic
-from service.models import FINAL_STATES, ApiKey, Job
+from service.engine.tracking import run_url
 from service.schemas import (
     ApiKeyPublic,
     AttemptPublic,
@@ -27,7 +26,8 @@ from service.schemas import (
     TransitionPublic,
     TrialPublic,
 )
-from service.tracking import run_url
+from service.store import crud
+from service.store.models import FINAL_STATES, ApiKey, Job
 
 LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
 

@@ -22,9 +22,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.db import utcnow
 from service.errors import ApiError
-from service.models import ACTIVE_STATES, Job, JobState, Team, Trial
+from service.store.db import utcnow
+from service.store.models import ACTIVE_STATES, Job, JobState, Team, Trial
 
 UNITS = ("gpu-hours", "cpu-hours")
 

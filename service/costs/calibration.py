@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import CalibrationRow
+from service.store.models import CalibrationRow
 
 DEFAULT_PATH = Path(__file__).with_name("calibration.json")
 ANY_GPU = "gpu"  # a device kind meaning "whichever GPU the table knows" (SMARTUNE_GPU_KIND unset)

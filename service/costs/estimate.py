@@ -26,9 +26,9 @@ from service.costs import asha
 from service.costs import memory as gpu_memory
 from service.costs.calibration import ANY_GPU, Calibration
 from service.costs.sizes import eval_examples, train_examples
-from service.models import Team
-from service.pool import concurrency
-from service.scheduler import Resources
+from service.engine.pool import concurrency
+from service.engine.scheduler import Resources
+from service.store.models import Team
 from service.validation import quotas
 from worker.contract.spec import JobSpec
 
@@ -194,6 +194,7 @@ def plan(
     return {
         "trials": n_trials,
         "cells": len(cells),
+        "plan_digest": spec.plan_digest(),  # the driver checks that it expands the same trials (dispatch)
         "samples_per_cell": samples,
         "device": device,
         "unit": unit,

@@ -1,7 +1,7 @@
 """A trial's peak accelerator memory before it runs: what it reserves per GPU (Ray's `gpu_memory_mb`), and so
 how many trials share a GPU (docs/memory_packing.md).
 
-The table (`memory.json` beside this module, fitted by bench/memory_fit.py from bench.memory's
+The table (`memory.json` beside this module, fitted by research/memory_fit.py from research.memory's
 measurements on a GPU) models the peak of one training update above the weights, per model x method x
 precision, as fixed_mb + tokens x (per_token_mb + per_token_seq_mb x seq_len), tokens = batch x seq_len.
 An estimate adds the weights and the entry's largest measured excess over its fit (the allocated peak:
@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from service.costs.refresh import memory_peaks
 from worker.contract.resources import Resources
 from worker.contract.sources import MODEL_ALIASES, SourceError, classify
-from worker.contract.spec import JobSpec
+from worker.contract.spec import PLAN_OF, JobSpec
 
 DEFAULT_PATH = Path(__file__).with_name("memory.json")
 ALLOCATOR_RESERVE = 1.2  # reserved / allocated of torch's caching allocator at a trial's peak
@@ -288,4 +288,5 @@ def pin(spec: JobSpec, *, gpu_kind: str | None, table: MemoryTable | None = None
     resources["gpus"] = Resources.model_validate(resources).packed_gpus(gpu_memory_of(gpu_kind))
     if resources == json.loads(spec.canonical_json())["resources"]:
         return spec
-    return JobSpec.model_validate(document)  # a new object: no cached canonical JSON of the old one
+    # A new object (no cached canonical JSON of the old one), with the old one's plan: the same trials.
+    return JobSpec.model_validate(document, context={PLAN_OF: spec})

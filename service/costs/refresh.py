@@ -1,4 +1,4 @@
-"""The calibration table learns from finished trials (called by service.sync for every synced trial).
+"""The calibration table learns from finished trials (called by service.engine.sync for every synced trial).
 
 A trial that trained to its end (TERMINATED) or was stopped by ASHA after some epochs (STOPPED) logged its
 throughput (`mean_examples_per_s` at its end, `examples_per_s` per epoch) and, in its provenance tags,
@@ -20,9 +20,9 @@ from __future__ import annotations
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from service.db import utcnow
-from service.models import CalibrationRow, Trial
-from service.tracking import TrialRun
+from service.engine.tracking import TrialRun
+from service.store.db import utcnow
+from service.store.models import CalibrationRow, Trial
 
 MAX_WEIGHT = 20  # trials a row's mean weighs at most against a new one
 MEASURED_STATES = ("TERMINATED", "STOPPED")

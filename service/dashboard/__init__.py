@@ -10,7 +10,8 @@ keys and team isolation as the REST API (docs/dashboard.md).
   package), the HTML error page.
 
 Nothing here imports MLflow, Ray or plotly at import time: curves come through the `Tracker` protocol and
-plotly.min.js is located when it is first asked for.
+plotly.min.js is located when it is first asked for. May import the REST edge's dependencies and views
+(`service.api`), the store, the engine's adapters and the domain modules.
 """
 
 from __future__ import annotations

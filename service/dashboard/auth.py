@@ -30,10 +30,10 @@ from urllib.parse import quote, urlsplit
 from fastapi import Request, Response
 from sqlalchemy.orm import Session
 
-from service import crud
 from service.api.deps import Principal
 from service.config import Settings
 from service.errors import ApiError
+from service.store import crud
 
 COOKIE = "smartune_session"
 LOGIN_COOKIE = "smartune_login"  # the pre-login nonce the login form's CSRF token is bound to

@@ -19,9 +19,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from service.engine.tracking import Curves, Tracker
 from service.errors import ApiError
 from service.series import mean_std
-from service.tracking import Curves, Tracker
 
 # Metric keys a chart may ask for: the trial's per-epoch metrics (worker/tune/epoch_report.py epoch_metrics).
 METRIC_KEY = re.compile(r"^(score|best_score|examples_per_s|(train|eval)_[a-z0-9_]{1,60})$")

@@ -12,14 +12,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from service import crud
 from service.api.deps import SessionDep, SettingsDep
 from service.dashboard import auth, charts, views
 from service.dashboard.auth import Viewer
 from service.dashboard.render import own_asset, plotly_asset, serve
+from service.engine.tracking import Tracker
 from service.errors import ApiError
-from service.models import FINAL_STATES, JobState
-from service.tracking import Tracker
+from service.store import crud
+from service.store.models import FINAL_STATES, JobState
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.deps import Principal
-from service.models import Job, Trial
-from service.ray_jobs import RayJobError, RayUnavailable
+from service.engine.ray_jobs import RayJobError, RayUnavailable
+from service.store.models import Job, Trial
 
 logger = logging.getLogger(__name__)
 GPU_MEMORY = "gpu_memory_mb"  # the Ray custom resource (worker.tune.tuning.GPU_MEMORY)

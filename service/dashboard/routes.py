@@ -26,8 +26,8 @@ from service.dashboard import auth, memory, views
 from service.dashboard.auth import Viewer
 from service.dashboard.render import render
 from service.errors import ApiError
-from service.models import JobKind, JobState, Team
 from service.schemas import AuditRequest
+from service.store.models import JobKind, JobState, Team
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from sqlalchemy.orm import Session
 
-from service import audits, crud
+from service import audits
 from service.api.deps import Principal
 from service.api.redact import public_audit, tenant_text
 from service.api.views import job_detail, job_public
@@ -24,8 +24,9 @@ from service.config import Settings
 from service.dashboard import paper
 from service.dashboard.tasks import task_rows
 from service.errors import ApiError, not_found
-from service.models import FINAL_STATES, Job, JobState
 from service.series import mean_std
+from service.store import crud
+from service.store.models import FINAL_STATES, Job, JobState
 
 PAGE_SIZE = 25
 STATES = [s.value for s in JobState]

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from service.datasets.schemas import DatasetFile, DatasetPublic
 from service.errors import ApiError, not_found
-from service.models import FINAL_STATES, Dataset, Job, Team
+from service.store.models import FINAL_STATES, Dataset, Job, Team
 from worker.contract.sources import DatasetRef
 
 

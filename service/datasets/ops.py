@@ -23,7 +23,7 @@ from service.config import Settings
 from service.datasets import crud, store, upload, validate
 from service.datasets.schemas import DatasetCreated
 from service.errors import ApiError
-from service.models import Dataset, Team
+from service.store.models import Dataset, Team
 from worker.contract.sources import dataset_digest, dataset_key, manifest_text, parse_dataset_ref
 from worker.contract.spec import JobSpec
 

@@ -40,10 +40,10 @@ from prometheus_fastapi_instrumentator import Instrumentator, metrics, routing
 from sqlalchemy import and_, func, select, text
 from starlette.requests import Request
 
-from service import pool
-from service.db import Database
-from service.models import ACTIVE_STATES, Job, JobState, Team
-from service.scheduler import Resources
+from service.engine import pool
+from service.engine.scheduler import Resources
+from service.store.db import Database
+from service.store.models import ACTIVE_STATES, Job, JobState, Team
 
 logger = logging.getLogger(__name__)
 

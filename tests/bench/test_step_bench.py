@@ -41,8 +41,9 @@ def _args(**overrides: Any) -> argparse.Namespace:
 
 
 @pytest.fixture(scope="module")
-def result() -> dict[str, Any]:
-    """One quick run, shared by the shape tests (a module-scoped fixture cannot use capsys)."""
+def result(starts_processes: None) -> dict[str, Any]:
+    """One quick run, shared by the shape tests (a module-scoped fixture cannot use capsys); its memory is
+    measured in one child process per method."""
     mp = pytest.MonkeyPatch()
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("TRANSFORMERS_OFFLINE", "1")
@@ -63,8 +64,13 @@ def test_json_shape(result: dict[str, Any]) -> None:
     assert set(result) >= {"methods", "peer", "padding", "setup"}
     assert set(result["methods"]) == {"vanilla", "smart"}
     for entry in result["methods"].values():
-        assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio"}
-        assert all(_finite_positive(v) for v in entry.values()), entry
+        assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio", "flops_bf16_share"}
+        share = entry["flops_bf16_share"]  # 0 for an exact fp32 step
+        assert all(_finite_positive(v) for k, v in entry.items() if k != "flops_bf16_share"), entry
+        assert 0.0 <= share <= 1.0
+    # Not 1 on CPU: SDPA with attention dropout falls back to its math backend, which computes bf16 in fp32.
+    assert result["methods"]["vanilla"]["flops_bf16_share"] > 0.8
+    assert result["methods"]["smart"]["flops_bf16_share"] < 0.1  # independent dropout: the exact fp32 step
     setup = result["setup"]
     assert setup["batch_size"] == 4 and setup["seq_len"] == 16 and setup["steps"] == 2
     assert setup["device"] == "cpu" and setup["torch"] == torch.__version__

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 import smartune
 from cli import client_cmd
 from cli.main import main
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.fakes import FakeRay, FakeTracker, summary_for, summary_line
 from tests.service.utils import QUICK_SPEC, submit
 
@@ -43,9 +43,9 @@ def test_admin_creates_teams_and_keys_on_the_store(
     assert main(["admin", "--data-dir", data, "create-team", "cv", "--data-root", "relative"]) == 2
     assert "absolute" in capsys.readouterr().err
 
-    from service import crud
     from service.config import Settings
-    from service.db import connect
+    from service.store import crud
+    from service.store.db import connect
 
     db = connect(Settings(data_dir=data).sqlalchemy_url)
     with db.sessions() as session:

@@ -1,5 +1,5 @@
 """`--json` on the commands that print data (one JSON document on stdout), the read-only views (results,
-pool, queue, teams, keys), shell completion, and `python -m smartune` / `python -m cli`."""
+pool, queue, teams, keys), shell completion, and `python -m cli`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 import smartune
 from cli import client_cmd, completion_cmd
 from cli.main import main
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import QUICK_SPEC
 
@@ -147,6 +147,7 @@ def test_the_completion_markers_are_shtabs() -> None:
     assert completion_cmd.FILE == shtab.FILE and completion_cmd.DIRECTORY == shtab.DIRECTORY
 
 
+@pytest.mark.usefixtures("starts_processes")  # bash sources the script
 def test_the_bash_script_completes_a_subcommand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["completion", "bash"]) == 0
     script = tmp_path / "smartune.bash"
@@ -158,10 +159,10 @@ def test_the_bash_script_completes_a_subcommand(capsys: pytest.CaptureFixture[st
     assert done.stdout.split() == ["submit"]
 
 
-@pytest.mark.parametrize("module", ["smartune", "cli"])
-def test_python_dash_m_runs_the_command_line(module: str) -> None:
+@pytest.mark.usefixtures("starts_processes")  # `python -m`
+def test_python_dash_m_runs_the_command_line() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", module, "completion", "--help"],
+        [sys.executable, "-m", "cli", "completion", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

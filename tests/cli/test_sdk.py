@@ -11,7 +11,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 import smartune
-from service.engine import Engine
+from service.engine.rounds import Engine
 from smartune.frames import TRIAL_COLUMNS
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import QUICK_SPEC, spec

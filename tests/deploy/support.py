@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import AliasChoices
 
 from service.config import Settings
-from service.dispatch import PASSED_THROUGH
+from service.engine.dispatch import PASSED_THROUGH
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -25,7 +25,7 @@ LIBRARY_ENV = {
     "HF_HUB_OFFLINE": "Hugging Face libraries",
     "TRANSFORMERS_OFFLINE": "Hugging Face libraries",
     "RAY_AUTH_MODE": "Ray's client",
-    **dict.fromkeys(PASSED_THROUGH, "passed through to every job (service.dispatch.PASSED_THROUGH)"),
+    **dict.fromkeys(PASSED_THROUGH, "passed through to every job (service.engine.dispatch.PASSED_THROUGH)"),
 }
 
 

@@ -222,6 +222,7 @@ def compose_binary() -> list[str] | None:
     return None
 
 
+@pytest.mark.usefixtures("starts_processes")  # the Compose binary
 def test_docker_compose_renders_the_file_and_refuses_missing_secrets(tmp_path: Path) -> None:
     """Compose's own parser (no engine needed for `config`); skipped where no Compose v2 is installed."""
     compose = compose_binary()

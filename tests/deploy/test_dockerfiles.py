@@ -73,6 +73,7 @@ def hadolint() -> str:
     return found
 
 
+@pytest.mark.usefixtures("starts_processes")  # hadolint
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
 def test_hadolint(dockerfile: Path) -> None:
     ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]

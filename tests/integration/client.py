@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from bench.cluster import Server
 from tests.service.utils import QUICK_SPEC
+from tests.support.cluster import Server
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 

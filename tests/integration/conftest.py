@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cluster import Postgres, RayHead, Server, make_server, start_postgres, start_ray_head
 from tests.service.fixtures import *  # noqa: F403
+from tests.support.cluster import Postgres, RayHead, Server, make_server, start_postgres, start_ray_head
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 
-from bench.cluster import Postgres
 from tests.service.test_admin_api import *  # noqa: F403
 from tests.service.test_auth import *  # noqa: F403
 from tests.service.test_datasets_api import *  # noqa: F403
@@ -17,6 +16,7 @@ from tests.service.test_store import (  # noqa: F401
     test_concurrent_writers_queue_instead_of_failing,
     test_migrations_build_exactly_the_models,
 )
+from tests.support.cluster import Postgres
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.tracking import MlflowTracker
+from service.engine.tracking import MlflowTracker
 from worker.contract.tags import ATTEMPT, JOB, PARENT, STATE, TRIAL
 
 mlflow = pytest.importorskip("mlflow")

@@ -9,8 +9,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 import smartune
-from bench.cluster import Server
 from tests.integration.client import FINAL, Api, tiny_spec
+from tests.support.cluster import Server
 
 
 def test_a_pushed_dataset_trains_a_job_and_is_in_its_provenance(

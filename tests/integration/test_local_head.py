@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.cluster import RAY_PORT_FLAGS, base_env, free_port
-from service.local_head import HeadNotOurs, check_auth
+from service.engine.local_head import HeadNotOurs, check_auth
+from tests.support.cluster import RAY_PORT_FLAGS, base_env, free_port
 
 
 def _wait(check: object, timeout: float, what: str) -> None:
@@ -148,7 +148,7 @@ def test_a_head_without_the_expected_auth_is_not_reused(handler: type, said: str
 
 
 def test_the_recorded_pid_is_signalled_only_while_it_runs_the_recorded_program(tmp_path: Path) -> None:
-    from service.local_head import run_dir, stop_recorded
+    from service.engine.local_head import run_dir, stop_recorded
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -170,8 +170,8 @@ def test_planned_stops_requeue_a_running_job_without_counting_as_losses(
     """With `max_attempts` 1, one loss would fail the job. It runs through two planned stops: `smartune
     stop` (the service stops its head and requeues), then a crash of the service and `smartune stop`
     (which stops the head left behind and requeues); each start resumes it as the next attempt."""
-    from bench.cluster import Server
     from tests.integration.client import FINAL, Api, tiny_spec
+    from tests.support.cluster import Server
 
     env = ray_env | {
         "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",

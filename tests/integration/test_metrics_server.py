@@ -15,12 +15,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.cluster import Postgres, RayHead, Server, make_server
 from tests.integration.client import Api
 from tests.service.test_metrics import (  # noqa: F401 (the fixture and the test, rerun on PostgreSQL)
     settings,
     test_the_pool_and_http_traffic_after_two_teams_submit,
 )
+from tests.support.cluster import Postgres, RayHead, Server, make_server
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlalchemy
 
-from bench.cluster import Postgres
+from tests.support.cluster import Postgres
 
 
 def _migrate(url: str, wait_s: float, tmp_path: Path) -> subprocess.Popen[str]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from bench.cluster import Server
 from tests.integration.client import Api
+from tests.support.cluster import Server
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quick_sweep.ipynb"
 TRIALS = 4  # quick.yaml's two methods x the notebook's two learning rates

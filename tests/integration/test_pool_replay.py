@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pool_replay import workload
-from bench.pool_replay.__main__ import run
+from research.pool_replay import workload
+from research.pool_replay.__main__ import run
 
 pytestmark = pytest.mark.slow  # about 2.5 minutes on a 2-core machine
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import smartune
-from bench.cluster import Server
-from bench.reproduction import report
-from bench.reproduction.collect import choose, collect, write
-from bench.reproduction.plan import METHODS, Campaign
-from bench.reproduction.run import run
+from research.reproduction import report
+from research.reproduction.collect import choose, collect, write
+from research.reproduction.plan import METHODS, Campaign
+from research.reproduction.run import run
 from tests.integration.client import Api
+from tests.support.cluster import Server
 
 BY_LABEL = {m.label: m for m in METHODS}
 TINY = Campaign(

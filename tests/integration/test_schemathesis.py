@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.cluster import VENV_BIN, RayHead, Server, base_env, make_server
+from tests.support.cluster import VENV_BIN, RayHead, Server, base_env, make_server
 
 KEY_ENV = "SMARTUNE_FUZZ_KEY"
 RUNS = [("team key", "team", 50), ("no key", None, 10), ("admin key", "admin", 30)]  # max examples

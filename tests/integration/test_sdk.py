@@ -11,19 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import smartune
-from bench.cluster import Server
 from smartune.frames import TRIAL_COLUMNS
 from tests.integration.client import Api, tiny_spec
+from tests.support.cluster import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(server: Server, key: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`python -m smartune ARGV` with the server and key in its environment (never in its arguments)."""
+    """`python -m cli ARGV` with the server and key in its environment (never in its arguments)."""
     env = {**os.environ, "SMARTUNE_URL": server.url, "SMARTUNE_API_KEY": key}
     env.pop("SMARTUNE_API_KEY_FILE", None)
     return subprocess.run(
-        [sys.executable, "-m", "smartune", *argv],
+        [sys.executable, "-m", "cli", *argv],
         capture_output=True,
         text=True,
         env=env,

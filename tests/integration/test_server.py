@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.cluster import Postgres, RayHead, Server, make_server
-from service.ray_jobs import JobSubmissionAdapter
+from service.engine.ray_jobs import JobSubmissionAdapter
 from tests.integration.client import FINAL, Api, tiny_spec
+from tests.support.cluster import Postgres, RayHead, Server, make_server
 
 
 def test_a_tiny_job_succeeds_with_trials_results_and_mlflow_links(server: Server, ray_head: RayHead) -> None:
@@ -225,7 +225,7 @@ def test_the_same_tiny_job_on_postgresql(
 def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, glue_dir: Path) -> None:
     """The Ray head dies mid-sweep; a new one comes up at the same address: the job is LOST, requeued as
     attempt 2, and the sweep driver resumes the Tune experiment from the storage path."""
-    from bench.cluster import start_ray_head
+    from tests.support.cluster import start_ray_head
 
     head = start_ray_head()
     server = make_server(tmp_path, ray_address=head.address).start()

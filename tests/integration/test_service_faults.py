@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.cluster import RayHead, Server, make_server, start_postgres
-from service.ray_jobs import auth_headers
+from service.engine.ray_jobs import auth_headers
 from tests.integration.client import FINAL, Api, tiny_spec
+from tests.support.cluster import RayHead, Server, make_server, start_postgres
 
 pytestmark = pytest.mark.slow
 

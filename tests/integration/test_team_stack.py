@@ -24,8 +24,18 @@ import httpx
 import pytest
 import yaml
 
-from bench.cluster import REPO, Postgres, RayHead, Server, base_env, free_port, start_ray_head, wait_for
-from bench.teamstack import (
+from tests.integration.client import FINAL, Api, tiny_spec
+from tests.support.cluster import (
+    REPO,
+    Postgres,
+    RayHead,
+    Server,
+    base_env,
+    free_port,
+    start_ray_head,
+    wait_for,
+)
+from tests.support.teamstack import (
     MlflowServer,
     ObjectStore,
     RayWorkerNode,
@@ -33,7 +43,6 @@ from bench.teamstack import (
     start_object_store,
     start_ray_worker,
 )
-from tests.integration.client import FINAL, Api, tiny_spec
 
 COMPOSE = REPO / "docker-compose.yml"
 MLFLOW_USER, MLFLOW_PASSWORD = "admin", "stack-mlflow-secret"
@@ -225,7 +234,7 @@ def _gpu_node_id(stack: Stack) -> str:
     from ray.util.state.api import StateApiClient
     from ray.util.state.common import ListApiOptions, StateResource
 
-    from service.ray_jobs import auth_headers
+    from service.engine.ray_jobs import auth_headers
 
     client = StateApiClient(address=stack.head.address, headers=auth_headers())
     nodes = client.list(StateResource.NODES, options=ListApiOptions(detail=True, filters=[("state", "=", "ALIVE")]),

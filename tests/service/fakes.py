@@ -1,4 +1,4 @@
-"""In-memory stand-ins for Ray and MLflow with the same protocols as service.ray_jobs / service.tracking."""
+"""In-memory stand-ins for Ray and MLflow with the same protocols as service.engine.ray_jobs / service.engine.tracking."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
-from service.scheduler import Resources
+from service.engine.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
+from service.engine.scheduler import Resources
+from service.engine.tracking import Curves, JobRuns, TrialRun
 from service.series import Series, downsample
-from service.tracking import Curves, JobRuns, TrialRun
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, submit
 

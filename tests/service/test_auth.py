@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from service import security
-from service.db import Database
+from service.store.db import Database
 from tests.service.utils import auth, make_team, spec, submit
 
 

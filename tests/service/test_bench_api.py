@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.api_load import api_latency, scheduler_round
 
 
@@ -10,6 +12,7 @@ def test_scheduler_benchmark_small() -> None:
     assert report["decision"]["n"] == 2 and report["admitted_per_round"] > 0
 
 
+@pytest.mark.usefixtures("starts_processes")  # a uvicorn server process (bench/api_server.py)
 def test_api_benchmark_small() -> None:
     report = api_latency(clients=4, submits=3, reads=5)
     assert report["post_jobs"]["errors"] == report["get_job"]["errors"] == 0

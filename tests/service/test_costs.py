@@ -11,9 +11,9 @@ import pytest
 from service.config import Settings
 from service.costs import asha, calibration, estimate, refresh, sizes
 from service.costs.calibration import Entry, from_document
-from service.db import connect, migrate
-from service.models import CalibrationRow, Team, Trial
-from service.tracking import TrialRun
+from service.engine.tracking import TrialRun
+from service.store.db import connect, migrate
+from service.store.models import CalibrationRow, Team, Trial
 from tests.service.utils import spec as quick_spec
 from worker.contract.spec import JobSpec
 

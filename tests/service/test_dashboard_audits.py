@@ -8,7 +8,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.dashboard_utils import csrf_of, logged_in, sweep
 from tests.service.fakes import FakeRay, FakeTracker
 

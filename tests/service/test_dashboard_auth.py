@@ -9,9 +9,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service import crud
 from service.config import Settings
-from service.db import Database
+from service.store import crud
+from service.store.db import Database
 from tests.service.dashboard_utils import csrf_of, logged_in, login
 
 STRONG = "x" * 40

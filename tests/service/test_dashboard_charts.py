@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.dashboard.charts import CurveCache
-from service.engine import Engine
+from service.engine.rounds import Engine
 from service.series import clean, downsample, mean_std
 from tests.service.dashboard_utils import logged_in, sweep
 from tests.service.fakes import FakeRay, FakeTracker

@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from service.dashboard.memory import per_gpu
-from service.db import Database
-from service.models import Trial
+from service.store.db import Database
+from service.store.models import Trial
 from tests.service.dashboard_utils import logged_in
 from tests.service.fakes import FakeRay
 from tests.service.utils import spec, submit

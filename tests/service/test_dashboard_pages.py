@@ -7,7 +7,7 @@ from __future__ import annotations
 import yaml
 from fastapi.testclient import TestClient
 
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.dashboard_utils import csrf_of, logged_in, sweep
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import spec, submit

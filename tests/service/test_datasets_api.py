@@ -67,6 +67,16 @@ def test_a_bad_row_is_named_by_file_line_and_column_and_nothing_is_stored(
     assert not (store_root(settings) / "sha256").exists()
 
 
+@pytest.mark.usefixtures("starts_processes")  # the unit tier runs the check in-process (fixtures.py)
+def test_the_rows_are_read_by_a_child_interpreter(client: TestClient, team_key: str) -> None:
+    """The real `python -m worker.training.dataset_check` child, confined to the upload: its count and its
+    refusal cross the process boundary as one JSON line."""
+    assert push(client, team_key, rte_files()).json()["rows"] == {"train": 8, "dev": 4}
+    bad = rte_tsv(4) + b"4\tA dog.\tA cat.\tmaybe\n"
+    answer = push(client, team_key, {"train.tsv": rte_tsv(8), "dev.tsv": bad}, name="bad", expect=422).json()
+    assert (answer["file"], answer["line"], answer["column"]) == ("dev.tsv", 6, "'label'")
+
+
 @pytest.mark.parametrize(
     ("change", "field", "needle"),
     [

@@ -7,13 +7,13 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from service import planned_stop
 from service.config import Settings
-from service.db import Database
-from service.engine import Engine
+from service.engine import planned_stop
+from service.engine.ray_jobs import RayJobError
+from service.engine.rounds import Engine
 from service.main import create_app
-from service.models import Transition
-from service.ray_jobs import RayJobError
+from service.store.db import Database
+from service.store.models import Transition
 from tests.service.fakes import FakeRay, FakeTracker, summary_line
 from tests.service.utils import auth, make_team, spec, submit
 
@@ -248,7 +248,7 @@ def test_a_job_in_its_last_wave_reserves_only_its_unfinished_trials(
     """N trials, 2 at a time, 1 GPU each: the job holds 2 GPUs until N - 1 of its trials have ended for good;
     then only its last trial's GPU, and the team's next job fits in its 2-GPU quota in the same round as
     the trial sync that saw it. A trial in ERROR may still be retried, so it keeps its GPU reserved."""
-    from service.tracking import TrialRun
+    from service.engine.tracking import TrialRun
 
     fake_ray.gpus = 4
     key = make_team(db, "alpha", gpu_quota=2)

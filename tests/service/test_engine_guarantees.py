@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from service.config import Settings
-from service.db import Database, utcnow
-from service.engine import Engine
-from service.models import Job
-from service.ray_jobs import RayUnavailable
-from service.tracking import TrialRun
+from service.engine.ray_jobs import RayUnavailable
+from service.engine.rounds import Engine
+from service.engine.tracking import TrialRun
+from service.store.db import Database, utcnow
+from service.store.models import Job
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.db import Database
-from service.engine import Engine
-from service.models import Job
+from service.engine.rounds import Engine
+from service.store.db import Database
+from service.store.models import Job
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
 

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy.exc
 from fastapi.testclient import TestClient
 
-from service import crud
-from service.db import Database, connect
 from service.errors import DB_UNAVAILABLE, database_unavailable
+from service.store import crud
+from service.store.db import Database, connect
 from tests.service.utils import auth, spec, submit
 
 

@@ -169,7 +169,7 @@ def test_a_tampered_docs_script_would_not_match_the_policy(client: TestClient) -
 def test_a_bugs_500_carries_the_headers_and_no_details(
     client: TestClient, team_key: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from service import crud
+    from service.store import crud
 
     def broken(**_kw: Any) -> Any:
         raise RuntimeError("/srv/smartune/secret")

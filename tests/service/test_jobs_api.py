@@ -7,7 +7,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.engine import Engine
+from service.engine.rounds import Engine
 from tests.service.fakes import FakeRay, FakeTracker, summary_for, summary_line
 from tests.service.utils import auth, spec, submit
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import crud
 from service.config import Settings
-from service.engine import Engine
+from service.engine.rounds import Engine
 from service.http import logs
+from service.store import crud
 from tests.service.fakes import FakeRay
 from tests.service.utils import auth, submit
 
@@ -56,7 +56,7 @@ def test_json_lines_carry_the_request_and_job_ids(
         assert {"time", "level", "logger", "message", "request_id", "job_id"} <= set(record), record
     dispatched = next(r for r in records if r["message"].startswith("dispatched"))
     assert dispatched["job_id"] == job_id and dispatched["request_id"] is None
-    assert dispatched["level"] == "INFO" and dispatched["logger"] == "service.dispatch"
+    assert dispatched["level"] == "INFO" and dispatched["logger"] == "service.engine.dispatch"
     warned = next(r for r in records if r["message"].startswith("cancel "))
     assert warned["level"] == "WARNING" and "fake Ray is down" in warned["message"]
     assert warned["request_id"] == response.headers["x-request-id"] and warned["job_id"] == job_id

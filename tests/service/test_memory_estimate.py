@@ -1,6 +1,6 @@
 """service.costs.memory: a trial's peak accelerator memory from the packaged H200 fit, scaled to unmeasured
 models, corrected by trials that ran here (service.costs.refresh.memory_peaks), pinned into a spec and shown
-by the dry run; and the embedded head's GPU-memory probe (service.local_head)."""
+by the dry run; and the embedded head's GPU-memory probe (service.engine.local_head)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from service import crud
 from service.config import Settings
 from service.costs import estimate, memory
 from service.costs.calibration import from_document as calibration_table
@@ -25,13 +24,14 @@ from service.costs.memory import (
     from_document,
 )
 from service.costs.refresh import memory_peaks
-from service.db import connect, migrate
-from service.local_head import gpu_memory_mb, resource_args
-from service.models import Team, Trial
+from service.engine.local_head import gpu_memory_mb, resource_args
+from service.store import crud
+from service.store.db import connect, migrate
+from service.store.models import Team, Trial
 from tests.service.utils import spec as quick_spec
 from worker.contract.spec import JobSpec
 
-MEASURED = json.loads((Path(__file__).resolve().parents[2] / "bench/results/memory_h200.json").read_text())
+MEASURED = json.loads((Path(__file__).resolve().parents[2] / "research/results/memory_h200.json").read_text())
 
 
 def test_a_measured_cell_is_the_fit_plus_its_margins() -> None:
@@ -208,6 +208,7 @@ def test_nominal_gpu_memory(kind: str | None, mib: int | None) -> None:
     assert memory.gpu_memory_of(kind) == mib
 
 
+@pytest.mark.usefixtures("starts_processes")  # the probe runs as a script
 def test_the_embedded_head_advertises_what_torch_reads(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text(f"#!{sys.executable}\nprint('[81559, 81559]')\n")

@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.db import Database
-from service.engine import Engine
+from service.engine.rounds import Engine
 from service.http import metrics as http_metrics
 from service.main import create_app
+from service.store.db import Database
 from tests.service.fakes import FakeRay, FakeTracker
 from tests.service.utils import auth, make_team, spec, submit
 

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from service import security
-from service.db import Database, connect
-from service.engine import Engine
+from service.engine.ray_jobs import RayJobError
+from service.engine.rounds import Engine
 from service.http.ratelimit import RateLimiter
-from service.ray_jobs import RayJobError
+from service.store.db import Database, connect
 from tests.service.dataset_utils import rte_files, rte_tsv
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit

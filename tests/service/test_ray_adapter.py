@@ -12,7 +12,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from service.ray_jobs import JobSubmissionAdapter, RayJobError, RayJobExists, RayUnavailable
+from service.engine.ray_jobs import JobSubmissionAdapter, RayJobError, RayJobExists, RayUnavailable
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.scheduler import QueuedJob, Resources, TeamState, plan
+from service.engine.scheduler import QueuedJob, Resources, TeamState, plan
 
 
 def job(
@@ -125,7 +125,7 @@ def test_a_job_the_pool_can_never_hold_does_not_hold_the_queue() -> None:
 
 
 def test_concurrency_is_clamped_to_what_the_pool_holds() -> None:
-    from service.pool import concurrency
+    from service.engine.pool import concurrency
 
     assert concurrency(1, 1, 8, 20, Resources(64, 2)) == 2  # 8 asked, 2 GPUs: 2 run at once
     assert concurrency(4, 0, 8, 20, Resources(6, 0)) == 1  # 4 CPUs each on 6 CPUs

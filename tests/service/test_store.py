@@ -9,13 +9,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from service import crud, security
-from service.db import ALEMBIC_DIR, Base, connect, migrate
+from service import security
 from service.schemas import TeamCreate
+from service.store import crud
+from service.store.db import ALEMBIC_DIR, Base, connect, migrate
 
 
-def test_migrations_build_exactly_the_models(db_url: str) -> None:
-    db = connect(db_url)
+def test_migrations_build_exactly_the_models(empty_db_url: str) -> None:
+    db = connect(empty_db_url)
     migrate(db)
     migrate(db)  # idempotent
     with db.engine.connect() as connection:

@@ -10,8 +10,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.api.redact import public_summary, scrub, tenant_text
-from service.db import Database
-from service.engine import Engine
+from service.engine.rounds import Engine
+from service.store.db import Database
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
 

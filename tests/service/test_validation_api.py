@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.db import Database
+from service.store.db import Database
 from tests.service.utils import auth, make_team, spec
 
 

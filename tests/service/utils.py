@@ -7,9 +7,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service import crud
-from service.db import Database
 from service.schemas import TeamCreate
+from service.store import crud
+from service.store.db import Database
 
 QUICK_SPEC: dict[str, Any] = {
     "name": "quick",

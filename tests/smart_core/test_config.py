@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import get_args
+
 import pytest
 
 from smart_core import METHOD_PRESETS, MethodConfig, method_config
-from smart_core.config import MIN_PERTURBATION
+from smart_core.config import FIELD_ROLES, MIN_PERTURBATION, FieldRole, fields_with
 
 REFUSED = [
     # The resolution floor: below 1e-5 fp32 cannot resolve the perturbation.
@@ -177,3 +180,30 @@ def test_overrides_and_dict_round_trip() -> None:
     assert MethodConfig(**cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="epsilon"):
         cfg.with_overrides(epsilon=1e-6)
+
+
+# Each field's role: which switch of a method makes it irrelevant (worker.contract.grid.canonical_method
+# blanks by role). Written out here as the five tuples were when typed by hand in worker/contract/grid.py,
+# with the fields declared since.
+ROLES = {
+    "method": ("method", "lambda_s", "mu"),
+    "perturbation": ("sigma", "noise", "ascent_steps", "rs_dropout", "rs_arithmetic"),
+    "ascent": ("epsilon", "eta", "projection", "grad_norm", "norm_p", "renorm_stabilizer"),
+    "site": ("perturb_site",),
+    "bregman": ("bregman", "inner_updates", "beta_early", "beta_late", "beta_switch", "teacher_dropout"),
+    "adversarial": ("adv_steps", "adv_lr", "adv_init_mag", "adv_max_norm", "adv_norm"),
+    "observation": ("diagnostics_every",),
+}
+
+
+def test_every_field_declares_its_role() -> None:
+    declared = {f.name: f.metadata.get("role") for f in fields(MethodConfig)}
+    assert set(FIELD_ROLES) == set(declared) and FIELD_ROLES == declared
+    assert set(FIELD_ROLES.values()) <= set(get_args(FieldRole))
+    assert {role: fields_with(role) for role in ROLES} == ROLES  # each in declaration order
+    assert fields_with("perturbation", "ascent") == (
+        "epsilon", "sigma", "noise", "eta", "ascent_steps", "projection", "grad_norm", "norm_p",
+        "renorm_stabilizer", "rs_dropout", "rs_arithmetic",
+    )  # fmt: skip
+    assert fields_with() == ()
+    assert MethodConfig.__dataclass_fields__["lambda_s"].default == 1.0  # a role changes no default

@@ -354,7 +354,8 @@ def test_objective_runs_freelb_as_freelb_loss_does(regression: bool) -> None:
 
 
 def test_ascent_signal_draws_from_the_objectives_generator() -> None:
-    """The diagnostic's ν is the generator's next draw after the ascent's; the generator is then put back."""
+    """The diagnostics run before the step's own passes and put the generator back, so the diagnostic's ν is
+    the ascent's: the signal is that of the direction the step ascends along."""
     torch.manual_seed(0)
     model = ToyEncoder().double()
     ids, mask, labels = toy_batch()
@@ -364,10 +365,9 @@ def test_ascent_signal_draws_from_the_objectives_generator() -> None:
     _, parts = objective(model.fns(ids, mask), labels)
     x = model.embed(ids)
     replay = torch.Generator().manual_seed(3)
-    torch.randn(x.shape, generator=replay)  # the ascent's ν
-    after_ascent = replay.get_state()
-    nu = (torch.randn(x.shape, generator=replay) * 0.3 * mask.unsqueeze(-1)).double()  # the diagnostic's
-    assert torch.equal(generator.get_state(), after_ascent)  # the diagnostic's draw was taken back
+    # The ascent's ν and the diagnostic's.
+    nu = (torch.randn(x.shape, generator=replay) * 0.3 * mask.unsqueeze(-1)).double()
+    assert torch.equal(generator.get_state(), replay.get_state())  # the diagnostic's draw was taken back
     clean = model.from_embeddings(x, mask).detach()
 
     def grad_at(d: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from smart_core.precision import (
     needs_fp32,
     perturbation_rms,
     step_arithmetic,
+    step_plan,
     uncached_autocast,
 )
 
@@ -247,7 +248,7 @@ def test_tf32_on_cuda_is_an_arithmetic_the_paper_perturbation_does_not_survive()
     try:
         torch.set_float32_matmul_precision(
             "high"
-        )  # TF32 on CUDA (measured: bench/results/numerics_h200.json)
+        )  # TF32 on CUDA (measured: research/results/numerics_h200.json)
         assert step_arithmetic(torch.device("cuda")) == TF32
         assert step_arithmetic(torch.device("cpu")) is None  # CPU matmuls stay fp32 at "high"
         assert needs_fp32(paper, TF32, 16, 96)
@@ -258,3 +259,44 @@ def test_tf32_on_cuda_is_an_arithmetic_the_paper_perturbation_does_not_survive()
         assert step_arithmetic(torch.device("cuda")) is None
     finally:
         torch.set_float32_matmul_precision(saved)
+
+
+SHARED = {"rs_dropout": "shared", "rs_arithmetic": "auto"}
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "arithmetic", "plan"),
+    [
+        ("smart", SHARED, torch.bfloat16, (False, True, True)),  # ε = σ = 1e-5: the ascent and R_s linearised
+        ("smart-renorm", SHARED, torch.bfloat16, (False, True, False)),  # δ ~ 1 per token: R_s plain
+        ("r3f", SHARED, torch.bfloat16, (False, False, True)),  # no ascent
+        ("smart", {"rs_dropout": "off", "rs_arithmetic": "auto"}, TF32, (False, True, True)),
+        ("smart", {"rs_arithmetic": "auto"}, torch.bfloat16, (True, False, False)),  # independent: 2nd draw
+        ("smart", {"rs_dropout": "shared"}, torch.bfloat16, (True, False, False)),  # the default: fp32
+        ("smart", {**SHARED, "rs_arithmetic": "fp32"}, torch.bfloat16, (True, False, False)),
+        ("smart", SHARED, torch.float16, (True, False, False)),  # fp16's limit is underflow
+        ("smart", SHARED, None, (False, False, False)),  # fp32 resolves it
+        ("smart", {**SHARED, "rs_arithmetic": "linearized"}, None, (False, True, True)),
+        ("smart-renorm", {**SHARED, "rs_arithmetic": "linearized"}, None, (False, True, False)),
+        (
+            "smart",
+            {**SHARED, "epsilon": 0.2, "sigma": 0.2},
+            torch.bfloat16,
+            (False, False, False),
+        ),  # resolved
+        (
+            "smart",
+            {**SHARED, "epsilon": 1e-3, "sigma": 0.5},
+            torch.bfloat16,
+            (False, True, True),
+        ),  # R_s's pass
+        ("smart-breg-only", SHARED, torch.bfloat16, (False, False, False)),  # no R_s
+    ],
+)
+def test_step_plan(
+    preset: str, overrides: dict, arithmetic: torch.dtype | str | None, plan: tuple[bool, bool, bool]
+) -> None:
+    """Which of R_s's passes a step linearises (smart_core.linearized), or whether it leaves for fp32."""
+    got = step_plan(method_config(preset, **overrides), arithmetic, hidden=16, elements=96)
+    assert (got.fp32, got.linear_ascent, got.linear_outer) == plan
+    assert got.linearized == (plan[1] or plan[2])

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from smart_core.config import METHOD_PRESETS, method_config
-from worker.contract.grid import METHOD_FIELDS, expand_grid
+from worker.contract.grid import METHOD_FIELDS, expand_grid, plan_digest, with_values
 from worker.contract.multitask import Multitask, MultitaskPlan
 from worker.contract.presets import get_preset
 from worker.contract.resources import Limits, Resources
@@ -34,6 +34,15 @@ from worker.contract.tasks import TASKS
 from worker.contract.trial import KNOBS, TYPES, TrainConfig
 
 MAX_CELLS = 10_000  # a hard ceiling; the control plane enforces its own, lower, configurable limit
+# The plan's digest (JobSpec.plan_digest) as the control plane computed it, in the sweep driver's
+# environment: the driver expands the spec again, with this same code, and refuses a different plan.
+PLAN_DIGEST_ENV = "SMARTUNE_PLAN_DIGEST"
+# Validation context: {PLAN_OF: spec} lets a spec validated from another's document take that spec's
+# plan instead of expanding the grid again, where the plan's inputs are the same (JobSpec._adopt_plan).
+PLAN_OF = "plan_of"
+# Trial fields that no axis sweeps (Knob.sweep is false) and the spec checks itself: the same in every
+# cell, they decide nothing about the grid, so a plan whose spec differs only in them is reused.
+_SAME_IN_EVERY_CELL = ("data", "model", "columns")
 
 
 def _source(value: str, field: str, *, aliases: bool) -> None:
@@ -174,11 +183,14 @@ class JobSpec(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _grid_is_valid(self) -> JobSpec:
+    def _grid_is_valid(self, info: ValidationInfo) -> JobSpec:
         cells = math.prod(len(v) for v in self.grid_axes().values())
         if cells > MAX_CELLS:
             raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
         self._check_workers()
+        donor = (info.context or {}).get(PLAN_OF)
+        if isinstance(donor, JobSpec):
+            self._adopt_plan(donor)
         self.trials()  # every cell must make a valid training configuration
         for name, axis in self.sampled_axes().items():
             _check_sampled(name, axis, self.base_values())
@@ -244,13 +256,18 @@ class JobSpec(StrictModel):
         return MultitaskPlan(tuple(self.tasks), self.multitask.sampling, self.multitask.finetune_epochs)
 
     def base_values(self) -> dict[str, Any]:
-        """Flat trial values before the grid: the preset's defaults beneath what the spec sets itself."""
+        """A trial's values before the grid (the method's under `method_params`, as the spec writes them):
+        the preset's defaults beneath what the spec sets itself."""
         preset_defaults = get_preset(self.search_space.preset).defaults if self.search_space.preset else {}
         set_here = (
             self.training.model_fields_set | set(self.method_params) | ({"method"} & self.model_fields_set)
         )
-        values: dict[str, Any] = {**self.training.model_dump(), "method": self.method, **self.method_params}
-        values |= {k: v for k, v in preset_defaults.items() if k not in set_here}
+        written = {
+            **self.training.model_dump(),
+            "method": self.method,
+            "method_params": dict(self.method_params),
+        }
+        values = {k: v for k, v in preset_defaults.items() if k not in set_here}
         values |= {
             "data": self.data,
             "model": self.model,
@@ -259,7 +276,7 @@ class JobSpec(StrictModel):
         }
         if "workers" not in set_here and self.resources.gpus > 1:
             values["workers"] = int(self.resources.gpus)  # the GPUs a trial reserves, one rank on each
-        return values
+        return with_values(written, values)
 
     def grid_axes(self) -> dict[str, list[Any]]:
         """Axes expanded into explicit cells: the preset's, the spec's grid axes, tasks and seeds."""
@@ -281,18 +298,35 @@ class JobSpec(StrictModel):
         return {k: a for k, a in self.search_space.axes.items() if k not in self.grid_axes()}
 
     def trials(self) -> list[dict[str, Any]]:
-        """The deduplicated trial configurations of the grid (sampled axes are filled in by Tune); expanded
-        and validated once per spec, a fresh copy of each on every call."""
-        return [dict(trial) for trial in self._plan]
+        """The deduplicated trials of the grid, each the values of a TrainConfig (sampled axes are filled
+        in by Tune); expanded and validated once per spec, a fresh copy of each on every call."""
+        return [{**trial, "method_params": dict(trial["method_params"])} for trial in self._plan]
+
+    def plan_digest(self) -> str:
+        """The SHA-256 of `trials()`: what the control plane planned, checked by the driver (PLAN_DIGEST_ENV)."""
+        return plan_digest(self._plan)
 
     # Caches live in cached properties, not private attributes: pydantic's equality compares private
     # attributes, and two equal specs must stay equal whichever of them was already expanded or hashed.
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> JobSpec:
-        """A copy with `update` applied; the caches are dropped, since they describe the old values."""
+        """A copy with `update` applied; the caches are dropped, since they describe the old values, except
+        a plan that the update leaves as it is (`_adopt_plan`)."""
         copy = super().model_copy(update=update, deep=deep)
         for cache in ("_plan", "_canonical"):
             copy.__dict__.pop(cache, None)
+        copy._adopt_plan(self)
         return copy
+
+    def _adopt_plan(self, donor: JobSpec) -> None:
+        """Take `donor`'s expanded plan when it is this spec's too: the same axes and base values, but for
+        fields that are the same in every cell (the data a dataset reference pins, say), set anew."""
+        plan = donor.__dict__.get("_plan")
+        if plan is None or "_plan" in self.__dict__ or self.grid_axes() != donor.grid_axes():
+            return
+        mine = self.base_values()
+        same = {k: mine[k] for k in _SAME_IN_EVERY_CELL}
+        if {**donor.base_values(), **same} == mine:
+            self.__dict__["_plan"] = [{**trial, **same} for trial in plan]
 
     @cached_property
     def _plan(self) -> list[dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 Every problem becomes one `SpecError` whose message names the field (`search_space.axes.lr: ...`) or,
 for unparsable text, the line. No torch and no ray: the driver rejects a bad spec before starting Ray.
-YAML is read as the SDK reads it (`smartune.specs.yaml_loader`: numbers as YAML 1.2 reads them), so the
-canonical JSON that travels in `SMARTUNE_JOB_SPEC` (`5e-05`) and a file's `lr: 1e-4` stay numbers.
+YAML is read with `worker.contract.yaml12` (numbers as YAML 1.2 reads them; the SDK reads spec files with
+the same loader), so the canonical JSON that travels in `SMARTUNE_JOB_SPEC` (`5e-05`) and a file's
+`lr: 1e-4` stay numbers.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from smartune.specs import yaml_loader
 from worker.contract.spec import JobSpec
+from worker.contract.yaml12 import yaml_loader
 
 
 class SpecError(ValueError):

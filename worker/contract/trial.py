@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
@@ -74,8 +74,9 @@ class TrainConfig:
     model: str = knob("minilm-l6", sweep=False,
                       help="minilm-l6 (offline), tiny-random, an absolute checkpoint path or a hub id")  # fmt: skip
     method: str = knob("smart", help="a method preset (smart_core.METHOD_PRESETS)")
-    # The method's own fields, over its preset (e.g. {"lambda_s": 3.0}); flags and axes use their names.
-    method_overrides: dict[str, Any] = knob(factory=dict, cli=False, sweep=False, help="method fields")
+    # The method's own fields over its preset (e.g. {"lambda_s": 3.0}), as the spec's `method_params`
+    # writes them; flags and axes use their names (worker.contract.grid.with_values).
+    method_params: dict[str, Any] = knob(factory=dict, cli=False, sweep=False, help="method fields")
     epochs: int = knob(3, ge=1, le=100, spec=True, help="training epochs")
     batch_size: int = knob(32, ge=1, le=4096, spec=True, help="examples per update")
     learning_rate: float = knob(
@@ -160,7 +161,7 @@ class TrainConfig:
         self.method_config()  # validates the method name and its overrides now, not mid-run
 
     def method_config(self) -> MethodConfig:
-        return method_config(self.method, **self.method_overrides)
+        return method_config(self.method, **self.method_params)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -168,12 +169,31 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """A trial's values (`to_dict`'s, or a plan's); also as recorded before a rename (`current_names`)."""
+        values = current_names(values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known - {"resolved_method"})
         if unknown:
             raise ValueError(f"unknown training option(s): {', '.join(unknown)}")
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+# Names a trial's values had before a rename -> their names now. Read, never written: Tune's experiment
+# state of a job begun before the rename (its trial configs, resumed by the next attempt) and MLflow's
+# records of its runs (`smartune.prov.config`, what an audit re-runs) still use the old names.
+RENAMED = {"method_overrides": "method_params"}
+
+
+def current_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a trial's values under today's names (RENAMED); a name given both ways is refused."""
+    out = dict(values)
+    for old, new in RENAMED.items():
+        if old in out:
+            if new in out:
+                raise ValueError(f"{old} and {new} are one field (now {new}): give it once")
+            out[new] = out.pop(old)
+    return out
 
 
 KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(TrainConfig)}

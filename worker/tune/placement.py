@@ -2,7 +2,7 @@
 
 Left to itself, Ray places a Tune trial (a one-bundle placement group) on the *emptiest* node that fits
 (`LeastResourceScorer`): fractional trials spread over every node, and a trial of several whole GPUs then
-waits for a node with that many free while the pool has them in pieces. bench/pool_sim measured what that
+waits for a node with that many free while the pool has them in pieces. research/pool_sim measured what that
 costs a backlogged pool (83-87% busy against 95-97% with best fit; docs/pool_at_scale.md). So each GPU trial
 names the node best fit would choose as `_soft_target_node_id` (the hint Ray Serve's compact scheduling
 uses); where that node no longer fits when the group is scheduled, Ray places it as before, so a hint can

@@ -23,7 +23,7 @@ from worker.tune.checkpoints import RestorePoint
 
 
 def config_json(config: TrainConfig) -> str:
-    """The trial's whole TrainConfig as JSON (not the resolved method: `method_overrides` rebuild it)."""
+    """The trial's whole TrainConfig as JSON (not the resolved method: `method_params` rebuild it)."""
     values = config.to_dict()
     values.pop("resolved_method", None)
     return json.dumps(values, sort_keys=True)

@@ -30,7 +30,7 @@ from mlflow import MlflowClient
 from ray import tune
 
 from worker.contract.outcome import completed_trials, no_result_reason
-from worker.contract.spec import JobSpec
+from worker.contract.spec import PLAN_DIGEST_ENV, JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
 from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
 from worker.training.files import confinement_environment
@@ -105,6 +105,18 @@ def load_spec(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
     if environ.get(SPEC_ENV):
         return spec_from_text(environ[SPEC_ENV], SPEC_ENV)
     raise SpecError(f"no job spec: pass --spec FILE or --spec-json JSON, or set {SPEC_ENV}")
+
+
+def check_plan(spec: JobSpec, environ: Mapping[str, str] = os.environ) -> None:
+    """The trials this driver expands from the spec are the ones the control plane planned and priced:
+    it passes their digest in PLAN_DIGEST_ENV (absent for a local run or a job queued before it did)."""
+    planned = environ.get(PLAN_DIGEST_ENV)
+    if planned and spec.plan_digest() != planned:
+        raise SpecError(
+            f"{PLAN_DIGEST_ENV}: this worker expands the spec into other trials than the control plane "
+            f"planned (plan {spec.plan_digest()[:12]}, planned {planned[:12]}): the two run different "
+            "versions of worker.contract"
+        )
 
 
 def connect_ray() -> bool:
@@ -247,6 +259,7 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         spec = load_spec(args)
+        check_plan(spec)
         job_id = check_job_id(args.job_id or default_job_id(spec))
         preflight(spec)
     except SpecError as err:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag
 
+from worker.contract.grid import flat_config
 from worker.contract.tags import (
     ATTEMPT,
     ERROR_CLASS,
@@ -31,6 +32,7 @@ from worker.contract.tags import (
     TRIAL,
     State,
 )
+from worker.contract.trial import TrainConfig
 
 T = TypeVar("T")
 # smartune.state -> MLflow run status when the trial is over (an early stop is a normal end).
@@ -131,18 +133,14 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
         retrying(lambda chunk=batch[i : i + 500]: client.log_batch(run_id, metrics=chunk))
 
 
-def flat_params(config: Mapping[str, Any]) -> dict[str, str]:
-    """A TrainConfig dict as MLflow params under the names a spec's axes use: the train fields, then every
-    field of the resolved method (`lambda_s`, `epsilon`, ...; `method` stays the preset's name)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if key in ("method_overrides", "resolved_method"):
-            continue
-        out[key] = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
-    for key, value in dict(config.get("resolved_method") or {}).items():
-        if key != "method":
-            out[key] = str(value)
-    return out
+def flat_params(config: TrainConfig) -> dict[str, str]:
+    """A trial's MLflow params: its resolved config under the names a spec's axes use (worker.contract.
+    grid.flat_config: the train fields, then every field of the resolved method, `lambda_s`, `epsilon`, ...;
+    `method` stays the preset's name), as text."""
+    return {
+        key: json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
+        for key, value in flat_config(config).items()
+    }
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, str]) -> None:

@@ -176,7 +176,7 @@ def open_run(
     """The trial's child run (found again on a retry, else created with the resolved config as params;
     a multitask trial's `task` param lists its tasks, beside `multitask_sampling` and `finetune_epochs`)."""
     client = context.target.client()
-    params = flat_params(trial.config.to_dict())
+    params = flat_params(trial.config)
     if plan is not None:
         params |= {"task": ",".join(plan.tasks), "multitask_sampling": plan.sampling,
                    "finetune_epochs": str(plan.finetune_epochs)}  # fmt: skip

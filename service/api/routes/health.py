@@ -19,10 +19,10 @@ from sqlalchemy import text
 
 from service.api.deps import RayJobsDep
 from service.api.responses import RETRY_AFTER
-from service.db import Database
+from service.engine.ray_jobs import RayJobs, RayUnavailable
 from service.errors import DB_RETRY_AFTER_S
-from service.ray_jobs import RayJobs, RayUnavailable
 from service.schemas import HealthPublic, ReadyPublic
+from service.store.db import Database
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
-from service import crud
 from service import jobs as job_ops
 from service.api.deps import (
     CurrentKey,
@@ -34,11 +33,12 @@ from service.api.responses import KEYED, errors
 from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
 from service.costs.schemas import JobEstimate
+from service.engine.ray_jobs import RayJobError, RayUnavailable
+from service.engine.scheduler import Resources
 from service.errors import ApiError, not_found
-from service.models import Job, JobKind, JobState, Team
-from service.ray_jobs import RayJobError, RayUnavailable
-from service.scheduler import Resources
 from service.schemas import JobDetail, JobPublic, JobsPublic, JobSubmitted
+from service.store import crud
+from service.store.models import Job, JobKind, JobState, Team
 from worker.contract.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])

@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from starlette.convertors import Convertor, register_url_convertor
 
-from service import crud
 from service.api.deps import AdminKey, CurrentKey, KeyCacheDep, WriteSessionDep
 from service.api.responses import KEYED, errors
 from service.api.views import key_public
 from service.errors import ApiError, not_found
 from service.schemas import ApiKeyPublic, WhoAmI
+from service.store import crud
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 KEY_ID = "[0-9a-f]{12}"

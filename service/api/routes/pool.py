@@ -11,10 +11,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from service import pool
 from service.api.deps import CurrentKey, EngineDep, Principal, SessionDep, SettingsDep
 from service.api.responses import KEYED, errors
-from service.scheduler import TeamState
+from service.engine import pool
+from service.engine.scheduler import TeamState
 from service.schemas import PoolPublic, QueueEntry, ResourcesPublic, TeamUsage
 
 router = APIRouter(prefix="/pool", tags=["pool"])

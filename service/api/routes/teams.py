@@ -7,14 +7,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
-from service import crud
 from service.api.bodies import ApiKeyCreate, TeamCreate, TeamUpdate
 from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, WriteSessionDep
 from service.api.responses import KEYED, errors
 from service.api.views import key_public
 from service.errors import ApiError, not_found
-from service.models import Team
 from service.schemas import ApiKeyCreated, ApiKeysPublic, TeamPublic, TeamsPublic
+from service.store import crud
+from service.store.models import Team
 
 router = APIRouter(prefix="/teams", tags=["teams"])
 _NOTES = {403: "not an admin key", 404: "no such team"}

@@ -85,10 +85,10 @@ def test_presets_are_cited_data() -> None:
     assert len(paper) == 36
     assert {t["learning_rate"] for t in paper} == {1e-5, 2e-5, 3e-5, 5e-5}
     assert {t["batch_size"] for t in paper} == {16, 32, 64}
-    assert {t["method_overrides"]["lambda_s"] for t in paper} == {1.0, 3.0, 5.0}
+    assert {t["method_params"]["lambda_s"] for t in paper} == {1.0, 3.0, 5.0}
     first = paper[0]
     assert first["epochs"] == 6 and first["warmup_fraction"] == 0.1 and first["method"] == "smart"
-    assert {k: first["method_overrides"][k] for k in ("mu", "epsilon", "sigma", "eta", "projection")} == {
+    assert {k: first["method_params"][k] for k in ("mu", "epsilon", "sigma", "eta", "projection")} == {
         "mu": 1.0, "epsilon": 1e-5, "sigma": 1e-5, "eta": 1e-3, "projection": "ball"}  # fmt: skip
     ablation = _spec(search_space={"preset": "smart-ablation"}).trials()
     assert [t["method"] for t in ablation] == [

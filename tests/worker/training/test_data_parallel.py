@@ -17,7 +17,7 @@ from worker.training.parallel import RankFailed, data_parallel
 from worker.training.ranks import Ranks, shard
 from worker.training.session import TrainingSession
 
-pytestmark = pytest.mark.glue
+pytestmark = [pytest.mark.glue, pytest.mark.usefixtures("starts_processes")]  # rank 1 is a spawned process
 
 
 def _config(glue_dir: Path, **kw: Any) -> TrainConfig:

@@ -22,7 +22,7 @@ PLAN = MultitaskPlan(("rte", "stsb"), "proportional", finetune_epochs=1)
 def _config(glue_dir: Path) -> TrainConfig:
     return TrainConfig(task="rte", data=str(glue_dir), model="tiny-random", epochs=2, batch_size=8,
                        max_train_samples=16, max_eval_samples=16, max_seq_length=64, learning_rate=1e-3,
-                       method="smart", method_overrides={"epsilon": 1e-3}, num_threads=1)  # fmt: skip
+                       method="smart", method_params={"epsilon": 1e-3}, num_threads=1)  # fmt: skip
 
 
 def _saved(state: dict[str, Any]) -> dict[str, Any]:

@@ -54,14 +54,14 @@ def test_grad_accum_may_not_exceed_the_batch() -> None:
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_cpu_autocast_trains_smart_in_low_precision(glue_dir: Path, precision: str) -> None:
-    config = _config(glue_dir, method="smart", method_overrides={"epsilon": 1e-3}, precision=precision)
+    config = _config(glue_dir, method="smart", method_params={"epsilon": 1e-3}, precision=precision)
     result = run_training(config, None)
     assert result["provenance"]["precision"] == precision
     assert all(torch.isfinite(torch.tensor(e["train_loss"])) for e in result["epochs"])
 
 
 def test_fp16_resumes_with_its_loss_scale(glue_dir: Path) -> None:
-    config = _config(glue_dir, method="smart", method_overrides={"epsilon": 1e-3}, precision="fp16", epochs=2)
+    config = _config(glue_dir, method="smart", method_params={"epsilon": 1e-3}, precision="fp16", epochs=2)
     straight = run_training(config, None)
     first = TrainingSession.build(config)
     steps = iterate_epoch(first)
@@ -96,7 +96,7 @@ def test_fp32_is_the_default_path_on_cpu(glue_dir: Path) -> None:
 @pytest.mark.slow  # inductor compiles the encoder: about 50 s on 2 cores
 def test_compile_trains_and_keeps_the_checkpoint_keys(glue_dir: Path) -> None:
     plain = TrainingSession.build(_config(glue_dir))
-    config = _config(glue_dir, method="smart", method_overrides={"epsilon": 1e-3}, compile=True)
+    config = _config(glue_dir, method="smart", method_params={"epsilon": 1e-3}, compile=True)
     session = TrainingSession.build(config)
     assert session.state_dict()["model"].keys() == plain.state_dict()["model"].keys()  # loads either way
     result = run_training(config, None, session=session)

@@ -25,7 +25,7 @@ def _config(glue_dir: Path, **kw: object) -> TrainConfig:
 
 def test_resume_mid_epoch_is_exact(glue_dir: Path) -> None:
     """Kill after 3 steps of epoch 1, restore from the state dict in a fresh session: identical results."""
-    config = _config(glue_dir, method="smart", method_overrides={"epsilon": 1e-3})
+    config = _config(glue_dir, method="smart", method_params={"epsilon": 1e-3})
     straight = run_training(config, None)
     first = TrainingSession.build(config)
     steps = iterate_epoch(first)

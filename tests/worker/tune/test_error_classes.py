@@ -73,6 +73,7 @@ def _child(code: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.usefixtures("starts_processes")  # _child: a fresh interpreter
 def test_a_real_efbig_from_rlimit_fsize_is_storage(tmp_path: Path) -> None:
     out = _child(f"""
         import resource, torch
@@ -88,6 +89,7 @@ def test_a_real_efbig_from_rlimit_fsize_is_storage(tmp_path: Path) -> None:
     assert out == "storage | StorageError: could not write the epoch 1 checkpoint: file too large (EFBIG)"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_real_allocation_failure_under_rlimit_as_is_oom() -> None:
     out = _child("""
         import resource, torch
@@ -106,6 +108,7 @@ def test_a_real_allocation_failure_under_rlimit_as_is_oom() -> None:
     assert python_line == "oom | MemoryError: out of memory (an allocation failed)"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_a_real_efbig_from_safetensors_under_rlimit_fsize_is_storage(tmp_path: Path) -> None:
     # safetensors' writer (Rust) raises SafetensorError, not an OSError: "... (os error 27)".
     out = _child(f"""
@@ -123,6 +126,7 @@ def test_a_real_efbig_from_safetensors_under_rlimit_fsize_is_storage(tmp_path: P
     assert out == "storage | StorageError: could not write the best model: file too large (EFBIG)"
 
 
+@pytest.mark.usefixtures("starts_processes")
 def test_an_unexplained_error_at_the_address_space_limit_is_oom() -> None:
     # oneDNN reports an allocation refused under RLIMIT_AS as "could not create a primitive".
     out = _child("""

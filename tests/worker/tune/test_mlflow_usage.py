@@ -180,20 +180,19 @@ def test_the_digest_follows_the_selection_of_examples(glue_dir: Path) -> None:
     assert system_metrics_interval({INTERVAL_ENV: "soon"}) == 15.0
 
 
-def _store(tmp_path: Path) -> tuple[MlflowClient, str]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def _store(tmp_path: Path, uri: str) -> tuple[MlflowClient, str]:
     client = MlflowClient(uri)
     return client, client.create_experiment("e", artifact_location=(tmp_path / "artifacts").as_uri())
 
 
 def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answering_a_score(
-    tmp_path: Path,
+    tmp_path: Path, mlflow_uri: str
 ) -> None:
     # STS-B: one output, problem_type "regression": the pipeline applies no function and names it `score`.
     # The run has its best checkpoint but no logged model (a trial stopped early): the driver logs it first.
     import mlflow.transformers
 
-    client, experiment = _store(tmp_path)
+    client, experiment = _store(tmp_path, mlflow_uri)
     model, tokenizer = resolve_model(
         "tiny-random", num_labels=1, is_regression=True, head_dropout=0.1, seed=1
     )
@@ -223,8 +222,8 @@ def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answer
     assert prediction["score"] == pytest.approx(raw, abs=1e-5)  # the raw prediction, no sigmoid
 
 
-def test_a_registry_failure_is_recorded_not_raised(tmp_path: Path) -> None:
-    client, experiment = _store(tmp_path)
+def test_a_registry_failure_is_recorded_not_raised(tmp_path: Path, mlflow_uri: str) -> None:
+    client, experiment = _store(tmp_path, mlflow_uri)
     run = client.create_run(experiment)  # a best trial without any checkpoint: nothing can be logged
     best = {"run_id": run.info.run_id, "trial_id": "t1", "value": 0.5}
     registered = register_best(client, "job-x", best, "accuracy")

@@ -77,3 +77,17 @@ def assert_only_pinned_paths(folder: Path) -> None:
 @pytest.mark.parametrize(("module", "name"), sorted((m, n) for m, names in PICKLED.items() for n in names))
 def test_every_pinned_path_still_resolves(module: str, name: str) -> None:
     assert hasattr(importlib.import_module(module), name), f"{module}.{name}: keep an alias where it was"
+
+
+def test_a_trial_config_saved_before_a_field_was_renamed_still_resolves() -> None:
+    """Tune's experiment state keeps each trial's config as the driver gave it; the next attempt of a job
+    resumes those configs, so a renamed trial field is still read under its old name (TrainConfig's
+    RENAMED: `method_overrides` is `method_params` now)."""
+    from worker.tune.tuning import TrialResolver
+
+    saved = {"train": {"task": "rte", "model": "tiny-random", "method": "smart", "epochs": 2, "seed": 3,
+                       "method_overrides": {"lambda_s": 3.0}},
+             "sampled": {"epsilon": 1e-4}}  # fmt: skip
+    trial = TrialResolver(("lambda_s", "epsilon"))("t1", saved)
+    assert trial.config.method_params == {"epsilon": 1e-4, "lambda_s": 3.0} and trial.planned_epochs == 2
+    assert trial.config.method_config().lambda_s == 3.0 and trial.cell == {"lambda_s": 3.0, "epsilon": 1e-4}

@@ -73,6 +73,7 @@ def test_the_placement_setting_is_read_and_checked(tmp_path: object) -> None:
         Settings.from_env({"SMARTUNE_TRIAL_PLACEMENT": "spread"})
 
 
+@pytest.mark.usefixtures("starts_processes")  # a multi-node Ray cluster, in its own process
 def test_on_a_real_two_node_cluster_best_fit_keeps_a_node_whole() -> None:
     packed, spread = run("best-fit", 2, 2, 0.5), run("ray", 2, 2, 0.5)
     assert sorted(packed["trials_per_node"].values()) == [0, 4]

@@ -19,8 +19,7 @@ from worker.tune.tracking import (
 )
 
 
-def _attempt_left_two_runs(tmp_path: Path) -> tuple[MlflowClient, TrackingTarget]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def _attempt_left_two_runs(tmp_path: Path, uri: str) -> tuple[MlflowClient, TrackingTarget]:
     client = MlflowClient(uri)
     target = TrackingTarget(uri, ensure_experiment(client, "smartune", (tmp_path / "art").as_uri()), "job-1")
     for trial in ("a_00000", "a_00001"):
@@ -29,8 +28,10 @@ def _attempt_left_two_runs(tmp_path: Path) -> tuple[MlflowClient, TrackingTarget
 
 
 @pytest.mark.parametrize("resuming", [True, False])
-def test_an_interrupted_attempts_runs_wait_or_go_to_the_trash(tmp_path: Path, resuming: bool) -> None:
-    client, target = _attempt_left_two_runs(tmp_path)
+def test_an_interrupted_attempts_runs_wait_or_go_to_the_trash(
+    tmp_path: Path, mlflow_uri: str, resuming: bool
+) -> None:
+    client, target = _attempt_left_two_runs(tmp_path, mlflow_uri)
     assert sorted(close_stale_children(client, target, resuming)) == ["a_00000", "a_00001"]
     runs = find_runs(client, target)
     if resuming:

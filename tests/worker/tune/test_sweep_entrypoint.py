@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 
 from worker.tune.settings import Settings
 
+pytestmark = pytest.mark.usefixtures("starts_processes")  # each test runs `python -m worker.tune.sweep`
 ROOT = Path(__file__).resolve().parents[3]
 
 

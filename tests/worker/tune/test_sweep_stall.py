@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mlflow.entities import Run
 
-from bench.cluster import wait_for
+from tests.support.cluster import wait_for
 from tests.worker.tune.faults import TrialWatcher
 from tests.worker.tune.test_sweep_fault_classes import (
     AIMED,

@@ -13,12 +13,14 @@ from ray import tune
 from worker.contract.errors import RepeatedFailure, classify
 from worker.contract.outcome import no_result_reason
 from worker.contract.sources import default_data_source
-from worker.contract.spec import JobSpec
+from worker.contract.spec import PLAN_DIGEST_ENV, JobSpec
+from worker.contract.specfile import SpecError
 from worker.training.data import DataError
 from worker.training.loop import NumericsError
 from worker.tune.progress import LiveTable
 from worker.tune.settings import Settings
 from worker.tune.summary import TrialOutcome, build_summary, summary_metrics
+from worker.tune.sweep import check_plan
 from worker.tune.tuning import (
     TrialResolver,
     cell_axes,
@@ -143,8 +145,7 @@ def test_search_space_and_sampled_values_reach_the_trial_config() -> None:
     smart = {"train": trials[0], "sampled": {"lambda_s": 2.5}}
     resolved = resolve_trial(smart, axes)
     assert (
-        resolved.config.method_overrides["lambda_s"] == 2.5
-        and resolved.config.method_config().lambda_s == 2.5
+        resolved.config.method_params["lambda_s"] == 2.5 and resolved.config.method_config().lambda_s == 2.5
     )
     assert resolved.cell == {"method": "smart", "lambda_s": 2.5} and resolved.seed == 1
     vanilla = {"train": trials[1], "sampled": {"lambda_s": 2.5}}
@@ -152,6 +153,15 @@ def test_search_space_and_sampled_values_reach_the_trial_config() -> None:
     # The driver resolves each trial once, whatever how many callbacks ask.
     resolver = TrialResolver(axes)
     assert resolver("t1", smart) is resolver("t1", smart) and resolver("t1", smart).planned_epochs == 3
+
+
+def test_the_driver_runs_the_plan_the_control_plane_priced() -> None:
+    spec = JobSpec.model_validate({"task": "rte", "model": "tiny-random", "data": "/abs/glue",
+                                   "search_space": {"axes": {"lambda_s": {"values": [1.0, 3.0]}}}})  # fmt: skip
+    check_plan(spec, {})  # a local run, or a job queued before the service passed the digest
+    check_plan(spec, {PLAN_DIGEST_ENV: spec.plan_digest()})
+    with pytest.raises(SpecError, match=f"^{PLAN_DIGEST_ENV}: .*other trials"):
+        check_plan(spec, {PLAN_DIGEST_ENV: "0" * 64})
 
 
 def test_trial_states() -> None:

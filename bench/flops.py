@@ -1,0 +1,82 @@
+"""Matmul FLOPs of one training step by the dtype they run at: tensor-core use, checked without a GPU.
+
+Under bf16 autocast a CPU step dispatches the same aten matmuls in the same dtypes as a CUDA step (autocast's
+op lists are shared), so the share of a step's matmul FLOPs at bf16 says how much of it could run on tensor
+cores; an fp32 step (SMART's exact path, smart_core.precision) has none. Counted: every op torch's own
+FLOP counter has a formula for (mm, addmm, bmm, baddbmm, convolutions, the fused attention kernels, forward
+and backward), plus the CPU flash-attention kernels, by the dtype of the op's first output (a matmul's
+operands, autocast-cast). Elementwise work is not counted: it is memory-bound and the same at any precision.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from bench.stepper import Stepper
+
+aten = torch.ops.aten
+FORMULAS: dict[Any, Callable[..., int]] = {
+    **flop_registry,
+    # The CPU kernels take query, key, value first, as the CUDA flash kernels whose formulas they borrow.
+    aten._scaled_dot_product_flash_attention_for_cpu: flop_registry[aten._scaled_dot_product_flash_attention],
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_registry[
+        aten._scaled_dot_product_flash_attention_backward
+    ],
+}
+
+
+class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts matmul FLOPs by dtype while active (the backward included, when it runs inside)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.flops: dict[torch.dtype, int] = defaultdict(int)
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = FORMULAS.get(func._overloadpacket)
+        if formula is not None:
+            dtype = next(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            self.flops[dtype] += int(formula(*args, **kwargs, out_val=out))
+        return out
+
+    def share(self, dtype: torch.dtype) -> float:
+        """The fraction of the counted FLOPs that ran at `dtype` (0 when nothing was counted)."""
+        total = sum(self.flops.values())
+        return self.flops.get(dtype, 0) / total if total else 0.0
+
+
+def bf16_share(loss: Callable[[], Tensor], device: torch.device) -> float:
+    """The share of a training step's matmul FLOPs that runs at bf16 when its forward (`loss()`) runs under bf16
+    autocast on `device` and its backward after, outside autocast, as worker/training/loop.py runs them."""
+    counter = DtypeFlops()
+    with counter:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            value = loss()
+        value.backward()  # type: ignore[no-untyped-call]
+    return counter.share(torch.bfloat16)
+
+
+def method_bf16_share(
+    model: nn.Module, method: str, batch: Mapping[str, Tensor], labels: Tensor, device: torch.device
+) -> float:
+    """`bf16_share` of one step of `method` (a bench.stepper variant) on a copy of `model`, which is left as
+    it was."""
+    stepper = Stepper(copy.deepcopy(model), method, device)
+    return bf16_share(lambda: stepper.loss(dict(batch), labels), device)

@@ -1,0 +1,14 @@
+"""The engine room: the background work of the control plane (docs/architecture.md §1-§2).
+
+`rounds` (the engine thread and its rounds), `scheduler` (pure admission: priority, fair share, FIFO),
+`pool` (the scheduler's inputs from the store), `dispatch` (an attempt row, then one Ray job), `watch`
+(a dispatched job's Ray state), `sync` + `tracking` (trial rows from MLflow), `outcomes` (how a job
+ended), `lease` (one engine among replicas), `planned_stop` (a Ray head stopped on purpose), `ray_jobs`
+(the one Ray touchpoint: the Jobs API client), `local_head` (the embedded deployment's Ray head).
+
+May import: the store (`service.store`), the settings and plain helpers at the service's root
+(`config`, `errors`, `series`), `service.costs`, `service.audits` (an audit's entrypoint),
+`service.http.logs` (the job id on log lines) and `worker.contract`. Never the HTTP edge
+(`service.api`, `service.dashboard`, `service.main`), torch, transformers, or Ray's and MLflow's Python
+runtime at import time (both are reached lazily). Importing it starts nothing.
+"""

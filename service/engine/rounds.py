@@ -1,0 +1,131 @@
+"""The engine: one background thread that reconciles with Ray, syncs trials and dispatches the queue.
+
+Each round reads the pool's capacity (cached for `capacity_ttl_s`), watches every dispatched or running
+job (service.engine.watch), finishes cancellations, then runs the scheduler and dispatches what it admits
+(service.engine.dispatch) when anything it depends on changed: a submission or cancellation, a job that ended or
+was lost, the pool's capacity; otherwise every `RESCHEDULE_S`. The first round after a start is the
+reconciliation with Ray: no job is dispatched before every non-final job has been looked up. Ray being
+unreachable only postpones a round. Among several replicas only the holder of the engine lease
+(service.engine.lease) runs rounds; the others stand by.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from service.config import Settings
+from service.engine import lease
+from service.engine.dispatch import Dispatcher
+from service.engine.ray_jobs import RayJobs, RayUnavailable
+from service.engine.scheduler import Resources
+from service.engine.tracking import Tracker
+from service.engine.watch import Watcher
+from service.store.db import Database
+
+logger = logging.getLogger(__name__)
+
+MIN_ROUND_GAP_S = 0.25  # a burst of submissions wakes the engine once, not once each
+RESCHEDULE_S = (
+    30.0  # with nothing new (no submission, no job ending, same capacity) scheduling waits this long
+)
+
+
+class Engine:
+    def __init__(self, *, db: Database, ray: RayJobs, tracker: Tracker, settings: Settings) -> None:
+        self.db, self.ray, self.tracker, self.settings = db, ray, tracker, settings
+        self.holder = lease.holder_id()
+        self.leading = False
+        self.dispatcher = Dispatcher(db=db, ray=ray, settings=settings)
+        self.watcher = Watcher(
+            db=db, ray=ray, tracker=tracker, settings=settings, resubmit=self.dispatcher.submit
+        )
+        self.capacity: Resources | None = None
+        self.capacity_error: str | None = None  # why the last read of the capacity failed, if it did
+        self.reconciled = False
+        self.last_error: str | None = None
+        self._capacity_at = self._scheduled_at = float("-inf")
+        self._scheduled_for: Resources | None = None
+        self._dirty = True
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="smartune-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.leading:
+            try:
+                lease.release(self.db.write_sessions, lease.ENGINE_LEASE, self.holder)
+            except Exception:  # the lease lapses by itself
+                logger.exception("could not release the engine lease")
+
+    def wake(self) -> None:
+        """Run the next round now, scheduling included (after a submission or a cancellation)."""
+        self._dirty = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            self.tick()
+            self._wake.wait(self.settings.scheduler_interval_s)
+            self._stop.wait(MIN_ROUND_GAP_S)
+
+    def tick(self) -> None:
+        """One round: capacity, reconcile/watch, cancellations, scheduling (the lease holder only)."""
+        try:
+            was_leading = self.leading
+            self.leading = lease.acquire(
+                self.db.write_sessions, lease.ENGINE_LEASE, self.holder, self.settings.engine_lease_s
+            )
+            if not self.leading:
+                self.last_error = "standing by: another replica holds the engine lease"
+                return
+            if not was_leading:
+                self.reconciled = False  # a new leader first looks every job up
+            self.refresh_capacity()
+            if not self.reconciled:
+                self._ensure_experiment()
+            capacity = self.capacity
+            ended = self.watcher.poll_active()
+            self.watcher.finish_cancelled()
+            self.reconciled = True
+            stale = time.monotonic() - self._scheduled_at > RESCHEDULE_S
+            if self._dirty or ended or capacity != self._scheduled_for or stale:
+                self._dirty = False  # cleared first: a submission during the round asks for another
+                self.dispatcher.schedule(capacity)
+                self._scheduled_at, self._scheduled_for = time.monotonic(), capacity
+            self.last_error = self.capacity_error  # None when the round met no trouble
+        except RayUnavailable as err:
+            self.last_error = str(err)
+            logger.warning("engine round postponed: %s", err)
+        except Exception as err:  # a bug must not kill the loop
+            self.last_error = repr(err)
+            logger.exception("engine round failed")
+
+    def refresh_capacity(self, force: bool = False) -> Resources | None:
+        """The pool's capacity, read again once `capacity_ttl_s` has passed. A failed read keeps the last
+        known capacity (the round goes on: watching needs none) until a first one was ever read."""
+        if force or time.monotonic() - self._capacity_at >= self.settings.capacity_ttl_s:
+            try:
+                self.capacity, self.capacity_error = self.ray.capacity(), None
+            except RayUnavailable as err:
+                if self.capacity is None:
+                    raise
+                self.capacity_error = f"capacity unreadable, the last known is used: {err}"
+                logger.warning("%s", self.capacity_error)
+            self._capacity_at = time.monotonic()
+        return self.capacity
+
+    def _ensure_experiment(self) -> None:
+        try:
+            self.tracker.ensure_experiment()
+        except Exception:
+            logger.exception("MLflow experiment %r unavailable", self.settings.mlflow_experiment)

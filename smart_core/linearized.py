@@ -1,0 +1,177 @@
+"""R_s's second-order model at δ = 0: SMART's perturbation measured at an arithmetic that cannot add it.
+
+bf16 (and TF32) round x + δ back to x when δ ~ 1e-5 (smart_core.precision), so a plain difference
+f(x + δ) − f(x) at that arithmetic is rounding noise. Near δ = 0 it is Jδ (J = ∂f/∂x), and a forward-mode
+derivative (a JVP) computes Jδ as a tangent that keeps its own relative precision: no x + δ is ever formed,
+nothing cancels. ℓ_s is quadratic there:
+    symmetric KL   KL(p‖q) + KL(q‖p) = Δᵀ F Δ + O(Δ³),  F = diag p − p pᵀ,  p = softmax(f(x)),  Δ = Jδ
+    squared error  Δ²
+so R_s = (1/B) Σ_i Δ_iᵀ F_i Δ_i, and the ascent direction ∇_δ ℓ_s(f(x + δ), sg f(x)) = 2 Jᵀ F J δ (a JVP,
+then a VJP with respect to the tangent only: no parameter gradient).
+
+One JVP pass gives f(x) (the primal, the step's clean forward) and Jδ (the tangent), both with graph: the task
+loss and R_s's parameter gradient flow from the same pass, R_s's through both J and F as the exact R_s's
+gradient flows through both of its forwards. Dropout masks are drawn once per pass and the tangent goes
+through the primal's masks, so `shared` holds within a pass; `independent` (a second draw for f(x + δ)) has
+no such expression and keeps the exact path (smart_core.precision.step_plan).
+
+Two operators need another formulation inside these passes:
+- attention goes through SDPA's math backend, kept at bf16: the fused kernels (flash, memory-efficient, the
+  CPU flash kernel) have no forward-mode derivative (pytorch/pytorch#117629, #128971);
+- layer norm runs as its composite (mean, variance, rsqrt) in the pass whose tangent is differentiated with
+  respect to the weights: native_layer_norm's forward-mode formula treats its saved mean and rstd as
+  constants, so a reverse pass through its tangent misses their dependence on the input and R_s's gradient
+  to every weight before the last layer norm is wrong (cosine 0.7-0.9 on a tiny BERT; pytorch/pytorch#196700).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
+
+from smart_core.adversarial import AdversarialResult, ascend
+from smart_core.config import MethodConfig
+from smart_core.divergences import Reduction
+from smart_core.perturbation import sizes
+
+ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
+_TINY = 1e-30
+
+
+@contextlib.contextmanager
+def math_attention() -> Iterator[None]:
+    """SDPA through its math backend (bmm + softmax), the one with a forward-mode derivative, at its inputs'
+    precision: by default it computes bf16 and fp16 inputs in fp32, whose matmuls leave the tensor cores
+    (~11% of BERT-base's FLOPs at 512 tokens). The caller's setting (a process-wide flag, read on CPU too) is
+    restored afterwards."""
+    reduced = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()  # type: ignore[no-untyped-call]
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(reduced)
+
+
+def composite_layer_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    *_: Any,
+) -> Tensor:
+    """F.layer_norm written out, at the dtype autocast gives layer norm (fp32 at least under autocast)."""
+    dtype = input.dtype
+    if torch.is_autocast_enabled(input.device.type):
+        dtype = torch.promote_types(dtype, torch.float32)
+    x = input.to(dtype)
+    dims = tuple(range(-len(normalized_shape), 0))  # the trailing normalised dimensions
+    centred = x - x.mean(dim=dims, keepdim=True)
+    out = centred * torch.rsqrt(centred.pow(2).mean(dim=dims, keepdim=True) + eps)
+    if weight is not None:
+        out = out * weight.to(dtype)
+    return out + bias.to(dtype) if bias is not None else out
+
+
+class CompositeLayerNorm(TorchFunctionMode):
+    """Runs F.layer_norm and torch.layer_norm as `composite_layer_norm` (module docstring)."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if func is F.layer_norm or func is torch.layer_norm:
+            return composite_layer_norm(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def jvp(
+    forward: ForwardFn, x: Tensor, tangent: Tensor, *, through_primal: bool = True
+) -> tuple[Tensor, Tensor]:
+    """(f(x), J·tangent) from one pass, both with whatever graph x, the weights and `tangent` carry.
+
+    `through_primal`: a reverse pass will differentiate the tangent with respect to x or the weights (R_s's
+    parameter gradient), so layer norms run as their composite; False when only `tangent` is differentiated
+    (the ascent's VJP), which the fused layer norm gets right. The tangent enters at unit RMS and is scaled
+    back in fp32 after: J is linear, and a 1e-5 tangent would sit near fp16's subnormals. Outputs: the primal
+    at the forward's dtype, the tangent in fp32, each (B, C) or (B,).
+    """
+    scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
+    norms = CompositeLayerNorm() if through_primal else contextlib.nullcontext()
+    with math_attention(), norms:
+        out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux
+    primal, moved = out[0], out[1]
+    return primal, moved.float() * scale
+
+
+def quadratic_divergence(
+    clean: Tensor, moved: Tensor, *, regression: bool, reduction: Reduction = "mean"
+) -> Tensor:
+    """ℓ_s(f(x) + Δ, f(x)) to second order in Δ = `moved`: Δᵀ F Δ per example, the variance of Δ under
+    p = softmax(f(x)) (B, C) -> (B,), or Δ² for regression (B,) -> (B,); reduced as smart_core.divergences
+    reduces (batch mean by default). fp32 at least; gradient flows into both `clean` (through F) and `moved`."""
+    if clean.shape != moved.shape or clean.dim() != (1 if regression else 2):
+        raise ValueError(
+            f"the quadratic form needs two {'(B,)' if regression else '(B, C)'} tensors, got "
+            f"{tuple(clean.shape)} and {tuple(moved.shape)}"
+        )
+    d = moved.to(torch.promote_types(moved.dtype, torch.float32))
+    if regression:
+        per_example = d.pow(2)
+    else:
+        p = F.softmax(clean.to(d.dtype), dim=-1)  # (B, C)
+        centred = d - (p * d).sum(dim=-1, keepdim=True)  # Δ − E_p[Δ]: F Δ = p ⊙ (Δ − E_p[Δ])
+        per_example = (p * centred.pow(2)).sum(dim=-1)  # Δᵀ F Δ = E_p[(Δ − E_p[Δ])²] >= 0
+    if reduction == "none":
+        return per_example
+    return per_example.sum() if reduction == "sum" else per_example.mean()
+
+
+def linear_ascent_gradient(
+    x: Tensor, delta: Tensor, target: Tensor | None, forward: ForwardFn, regression: bool
+) -> Tensor:
+    """∇_δ ℓ_s(f(x + δ), sg f(x)) to first order in δ: 2 Jᵀ F J δ (B, T, H) fp32, per example ("sum", as the
+    exact ascent gradient). F comes from this pass's own f(x) (`target` is unused: the pass computes it, at
+    the same dropout masks); the VJP is taken with respect to the tangent only, so no parameter .grad is
+    touched and no parameter graph outlives the call."""
+    del target
+    tangent = delta.detach().float().requires_grad_(True)
+    clean, moved = jvp(forward, x.detach(), tangent, through_primal=False)
+    value = quadratic_divergence(clean.detach(), moved, regression=regression, reduction="sum")
+    (grad,) = torch.autograd.grad(value, tangent)
+    return grad
+
+
+def linearized_regularizer(
+    x: Tensor,
+    forward: ForwardFn,
+    mask: Tensor,
+    config: MethodConfig,
+    regression: bool,
+    generator: torch.Generator | None = None,
+    *,
+    outer_forward: ForwardFn | None = None,
+    noise: Tensor | None = None,
+) -> tuple[Tensor, AdversarialResult]:
+    """R_s with its ascent and its value linearised: (f(x) (B, C) or (B,), the JVP pass's primal with graph;
+    R_s = (1/B) Σ_i (J δ_i)ᵀ F_i (J δ_i), with graph through J and F). `forward` runs the ascent's passes,
+    `outer_forward` (default `forward`) the final one: under `shared` dropout the ascent replays the masks
+    that the final pass, the step's clean forward, draws. `noise`: ν already drawn (else drawn here)."""
+    delta, step_to_noise, finite = ascend(
+        x, None, forward, mask, config, regression, generator, gradient=linear_ascent_gradient, noise=noise
+    )
+    reference, moved = jvp(outer_forward or forward, x, delta)
+    r_s = quadratic_divergence(reference, moved, regression=regression) * finite
+    linf, l2 = sizes(delta)
+    return reference, AdversarialResult(r_s, linf, l2, step_to_noise, (~finite).float())

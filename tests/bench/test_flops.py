@@ -1,0 +1,62 @@
+"""bench.flops: a SMART step's matmul FLOPs by dtype, the tensor-core check CI runs without a GPU (issue 28)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tests.smart_core.test_linearized as lin
+from bench.flops import DtypeFlops, method_bf16_share
+
+CPU = torch.device("cpu")
+LABELS = torch.tensor([0, 1, 2, 0, 1, 2])  # tiny_bert's 6 sequences, 3 labels
+
+
+def test_counts_matmuls_and_attention_by_dtype() -> None:
+    a, b = torch.randn(4, 8), torch.randn(8, 5)
+    q = torch.randn(2, 3, 16, 8)
+    counter = DtypeFlops()
+    with counter:
+        a @ b  # 2·4·8·5 = 320
+        a.bfloat16() @ b.bfloat16()
+        F.scaled_dot_product_attention(q, q, q)  # the CPU flash kernel: 4·(2·3)·16·16·8 = 49152
+        a + 1.0  # elementwise: not counted
+    assert counter.flops == {torch.float32: 320 + 49152, torch.bfloat16: 320}
+    assert counter.share(torch.bfloat16) == pytest.approx(320 / (2 * 320 + 49152))
+    assert DtypeFlops().share(torch.bfloat16) == 0.0
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "smart+rs_dropout=shared+rs_arithmetic=auto",  # ball, ε = σ = 1e-5: the ascent and R_s linearised
+        "smart-renorm+rs_dropout=shared+rs_arithmetic=auto",  # the ascent at σ = 1e-5 linearised, R_s at δ ~ 1 plain
+        "r3f+rs_dropout=shared+rs_arithmetic=auto",  # no ascent: R_s linearised
+        "smart+rs_dropout=off+rs_arithmetic=auto",
+    ],
+)
+def test_a_linearised_step_runs_its_matmuls_at_bf16(method: str) -> None:
+    model, batch = lin.tiny_bert(dropout=0.1)
+    assert method_bf16_share(model.train(), method, batch, LABELS, CPU) >= 0.9
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "smart+rs_arithmetic=auto",
+        "smart+rs_dropout=shared",
+        "r3f+rs_dropout=shared",
+    ],  # independent; fp32, the default
+)
+def test_the_exact_step_runs_its_matmuls_at_fp32(method: str) -> None:
+    model, batch = lin.tiny_bert(dropout=0.1)
+    assert method_bf16_share(model.train(), method, batch, LABELS, CPU) <= 0.1
+
+
+def test_vanilla_runs_at_bf16_and_the_model_is_left_alone() -> None:
+    model, batch = lin.tiny_bert(dropout=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert method_bf16_share(model, "vanilla", batch, LABELS, CPU) == 1.0
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters())

@@ -1,0 +1,253 @@
+"""The linearised R_s (smart_core.linearized, issue 28) on a tiny random BERT under bf16 autocast, against the
+model in float64 with the exact finite-difference R_s and no autocast.
+
+Contract, at the paper's ε = σ = 1e-5 (ball), the `smart-renorm` preset and the `r3f` preset: R_s's value within
+10% of fp64's, its parameter gradient at cosine >= 0.98, the ascent direction at cosine >= 0.95. The R_s these
+tests read is the Objective's own (the task loss is switched off, so the backward is R_s's gradient alone).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import smart_core.objective
+from smart_core import MethodConfig, ModelFns, Objective, method_config
+from smart_core.adversarial import exact_ascent_gradient
+from smart_core.linearized import jvp, linear_ascent_gradient, quadratic_divergence
+from smart_core.perturbation import initial_noise
+
+from . import reference as ref
+
+transformers = pytest.importorskip("transformers")
+# The worker's split at the embedding-layer output; skipped where only smart_core is importable.
+EmbeddingAdapter = pytest.importorskip("worker.training.adapter").EmbeddingAdapter
+
+SETTINGS = {
+    # rs_arithmetic auto: linearised under bf16 (the default, fp32, keeps the exact step until a GPU has
+    # measured the linearised one's time and memory: docs/architecture.md §4)
+    "ball": method_config(
+        "smart-rs-only", rs_dropout="shared", rs_arithmetic="auto"
+    ),  # ε = σ = 1e-5, ℓ∞ ball
+    "renorm": method_config(
+        "smart-renorm", mu=0.0, bregman="none", rs_dropout="shared", rs_arithmetic="auto"
+    ),
+    "r3f": method_config(
+        "r3f", rs_dropout="shared", rs_arithmetic="auto"
+    ),  # U(−σ, σ) on the words, no ascent
+}
+Batch = dict[str, Tensor]
+
+
+def tiny_bert(dropout: float = 0.0, attention: str = "sdpa") -> tuple[nn.Module, Batch]:
+    """A random 2-layer BERT (H 64, 3 labels; init std 0.1, so its layers are more than the identity) and a
+    batch of 6 sequences of 16 tokens, two of them padded."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        num_labels=3, initializer_range=0.1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=0.0,
+        attn_implementation=attention,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.BertForSequenceClassification(config).eval()
+    ids = torch.randint(1, 100, (6, 16), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[:2, 11:] = 0
+    return model, {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def fns_for(model: nn.Module, batch: Batch, cfg: MethodConfig) -> ModelFns:
+    adapter = EmbeddingAdapter(model, is_regression=False, site=cfg.perturb_site)
+    return ModelFns(
+        embed=lambda: adapter.embed(batch),
+        forward=lambda e: adapter.forward_from_embeddings(batch, e),
+        mask=batch["attention_mask"],
+    )
+
+
+@pytest.fixture
+def r_s_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The Objective's task loss contributes nothing to the backward: what it computes is R_s's gradient."""
+    monkeypatch.setattr(smart_core.objective, "task_loss", lambda out, labels, regression: out.sum() * 0.0)
+    yield
+
+
+def objective_r_s(
+    model: nn.Module, batch: Batch, cfg: MethodConfig, autocast: bool
+) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
+    """(R_s, its gradient for every parameter, the components) from one Objective call, ν from seed 1."""
+    fns = fns_for(model, batch, cfg)
+    objective = Objective(cfg, regression=False, module=model, generator=torch.Generator().manual_seed(1))
+    labels = torch.zeros(batch["input_ids"].shape[0], dtype=torch.long)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss, parts = objective(fns, labels)
+    params = list(model.parameters())
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return (
+        parts["r_s"],
+        [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)],
+        parts,
+    )
+
+
+def cosine(a: list[Tensor] | Tensor, b: list[Tensor] | Tensor) -> float:
+    flat = lambda t: torch.cat([g.double().flatten() for g in ([t] if isinstance(t, Tensor) else t)])  # noqa: E731
+    u, v = flat(a), flat(b)
+    return (u @ v / (u.norm() * v.norm())).item()
+
+
+def fp64_reference(model: nn.Module, batch: Batch, cfg: MethodConfig) -> tuple[Tensor, list[Tensor]]:
+    """R_s and its parameter gradient with the model in float64: the exact finite difference, no autocast."""
+    r_s, grads, parts = objective_r_s(
+        copy.deepcopy(model).double(), batch, cfg.with_overrides(rs_arithmetic="fp32"), False
+    )
+    assert (
+        parts["fp32_step"].item() == 0.0 and parts["linearized_step"].item() == 0.0
+    )  # fp64: nothing to leave
+    return r_s, grads
+
+
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_linearized_bf16_step_matches_fp64(setting: str, r_s_only: None) -> None:
+    cfg = SETTINGS[setting]
+    model, batch = tiny_bert()
+    expected, expected_grads = fp64_reference(model, batch, cfg)
+    r_s, grads, parts = objective_r_s(model, batch, cfg, autocast=True)
+    assert parts["linearized_step"].item() == 1.0 and parts["fp32_step"].item() == 0.0
+    assert expected.item() > 0
+    assert abs(r_s.item() - expected.item()) <= 0.10 * expected.item(), (r_s.item(), expected.item())
+    assert cosine(grads, expected_grads) >= 0.98
+
+
+def _ascent_directions(cfg: MethodConfig, autocast: bool) -> tuple[Tensor, Tensor]:
+    """(the linearised ascent gradient at ν under bf16 or fp32, the exact one at ν in float64)."""
+    model, batch = tiny_bert()
+    fns = fns_for(model, batch, cfg)
+    model64 = copy.deepcopy(model).double()
+    fns64 = fns_for(model64, batch, cfg)
+    x64 = fns64.embed().detach()
+    nu = initial_noise(x64, fns64.mask, cfg.sigma, cfg.noise, torch.Generator().manual_seed(1))
+    expected = exact_ascent_gradient(x64, nu, fns64.forward(x64).detach(), fns64.forward, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        got = linear_ascent_gradient(fns.embed(), nu, None, fns.forward, False)
+    assert got.dtype == torch.float32 and got.shape == nu.shape
+    return got, expected
+
+
+@pytest.mark.parametrize("setting", ["ball", "renorm"])
+def test_linearized_ascent_direction_matches_fp64(setting: str) -> None:
+    got, expected = _ascent_directions(SETTINGS[setting], autocast=True)
+    assert cosine(got, expected) >= 0.95
+    # Per example ("sum"), at the exact gradient's scale: grad_norm "none" (renorm) uses its size.
+    ratio = got.double().norm() / expected.norm()
+    assert 0.9 < ratio.item() < 1.1, ratio.item()
+
+
+def test_the_plain_bf16_difference_is_noise_at_the_papers_epsilon() -> None:
+    """Why the linearisation exists: the exact gradient computed under bf16 points nowhere at σ = 1e-5."""
+    cfg = SETTINGS["ball"]
+    model, batch = tiny_bert()
+    fns = fns_for(model, batch, cfg)
+    _, expected = _ascent_directions(cfg, autocast=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        x = fns.embed().detach()
+        nu = initial_noise(x, fns.mask, cfg.sigma, cfg.noise, torch.Generator().manual_seed(1))
+        plain = exact_ascent_gradient(x, nu, fns.forward(x).detach(), fns.forward, False)
+    assert cosine(plain, expected) < 0.5
+
+
+def test_quadratic_form_is_the_divergence_to_second_order() -> None:
+    """KL(p‖q) + KL(q‖p) = Δᵀ(diag p − p pᵀ)Δ + O(Δ³) per example; squared error is Δ² exactly."""
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randn(5, 4, generator=g, dtype=torch.float64) * 2
+    direction = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    for size in (1e-2, 1e-3):
+        moved = direction * size
+        exact = ref.sym_kl(clean + moved, clean)
+        approx = quadratic_divergence(clean, moved, regression=False)
+        assert abs(approx.item() - exact.item()) <= 3 * size * exact.item()  # the cubic term
+    p = ref.softmax64(clean)
+    fisher = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (B, C, C)
+    per_example = torch.einsum("bi,bij,bj->b", direction, fisher, direction)
+    torch.testing.assert_close(
+        quadratic_divergence(clean, direction, regression=False, reduction="none"), per_example
+    )
+    torch.testing.assert_close(
+        quadratic_divergence(clean, direction, regression=False, reduction="sum"), per_example.sum()
+    )
+    a, d = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    torch.testing.assert_close(quadratic_divergence(a, d, regression=True), ref.squared(a + d, a))
+    with pytest.raises(ValueError, match="quadratic form"):
+        quadratic_divergence(clean, direction[:, :3], regression=False)
+
+
+def test_jvp_gives_the_clean_forward_and_the_directional_derivative() -> None:
+    model, batch = tiny_bert()
+    model = model.double()
+    fns = fns_for(model, batch, SETTINGS["ball"])
+    x = fns.embed()
+    direction = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 1e-5
+    clean, moved = jvp(fns.forward, x, direction)
+    torch.testing.assert_close(clean, fns.forward(x))
+    h = 1e2  # a central difference at 1e-3 per element: float64 resolves it, its cubic term is ~1e-6
+    central = (fns.forward(x + h * direction) - fns.forward(x - h * direction)) / (2 * h)
+    torch.testing.assert_close(moved.double(), central, rtol=1e-4, atol=1e-12)
+    assert clean.grad_fn is not None and moved.grad_fn is not None  # both carry the weights' graph
+
+
+def _train_mode_step(cfg: MethodConfig, attention: str) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
+    model, batch = tiny_bert(dropout=0.2, attention=attention)
+    return objective_r_s(model.train(), batch, cfg, autocast=False)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_shared_dropout_masks_survive_the_linearisation(attention: str, r_s_only: None) -> None:
+    """In fp32 at ε = 1e-3 (resolved both ways), with dropout on: the linearised R_s is the exact `shared` R_s.
+    Were the tangent or the ascent taken through other masks than the clean forward's, R_s would be the
+    divergence between two dropout draws, orders of magnitude larger."""
+    cfg = method_config("smart-rs-only", rs_dropout="shared", epsilon=1e-3, sigma=1e-3)
+    expected, expected_grads, exact_parts = _train_mode_step(
+        cfg.with_overrides(rs_arithmetic="fp32"), attention
+    )
+    r_s, grads, parts = _train_mode_step(cfg.with_overrides(rs_arithmetic="linearized"), attention)
+    assert exact_parts["linearized_step"].item() == 0.0 and parts["linearized_step"].item() == 1.0
+    torch.testing.assert_close(r_s, expected, rtol=0.02, atol=0)
+    assert cosine(grads, expected_grads) >= 0.999
+
+
+def test_off_mode_is_linearised_in_eval_mode(r_s_only: None) -> None:
+    cfg = SETTINGS["ball"].with_overrides(rs_dropout="off")
+    model, batch = tiny_bert(dropout=0.2)
+    model.train()
+    expected, expected_grads = fp64_reference(model.eval(), batch, cfg)  # eval: what `off` compares
+    r_s, grads, parts = objective_r_s(model.train(), batch, cfg, autocast=True)
+    assert parts["linearized_step"].item() == 1.0 and model.training
+    assert abs(r_s.item() - expected.item()) <= 0.10 * expected.item()
+    assert cosine(grads, expected_grads) >= 0.98
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fp32", "linearized"),
+    [
+        ({"rs_dropout": "independent"}, 1.0, 0.0),  # a second dropout draw: only the exact path says it
+        ({"rs_arithmetic": "fp32"}, 1.0, 0.0),  # the default: the exact fp32 step
+        ({}, 0.0, 1.0),  # auto
+    ],
+)
+def test_which_path_ran_is_a_component(overrides: dict, fp32: float, linearized: float) -> None:
+    model, batch = tiny_bert()
+    _, _, parts = objective_r_s(model, batch, SETTINGS["ball"].with_overrides(**overrides), autocast=True)
+    assert parts["fp32_step"].item() == fp32 and parts["linearized_step"].item() == linearized
+
+
+def test_linearized_refuses_independent_dropout() -> None:
+    with pytest.raises(ValueError, match="independent"):
+        method_config("smart", rs_arithmetic="linearized")
+    method_config("smart", rs_arithmetic="linearized", rs_dropout="shared")
+    method_config("vanilla", rs_arithmetic="linearized")  # no R_s: nothing to linearise

@@ -1,0 +1,232 @@
+"""Throwaway infrastructure for the integration tests (and research/pool_replay): a local Ray head with
+logical GPUs, a PostgreSQL server (tests/support/postgres.py), and `smartune serve` processes. Every process
+is started in its own session and stopped by its own process group, never by name (other Ray clusters on
+the machine are left alone)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.engine.ray_jobs import JobSubmissionAdapter, auth_headers
+from tests.support.postgres import Postgres, start_postgres  # noqa: F401 - the fixtures' throwaway server
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessDied(RuntimeError):
+    """A process we wait for exited instead of becoming ready."""
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except ProcessDied:
+            raise
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def stop_group(
+    process: subprocess.Popen[Any],
+    sig: int = signal.SIGTERM,
+    timeout: float = 60,
+    *,
+    leader_only: bool = False,
+) -> None:
+    """Signal a process we started (or its whole group), wait, then SIGKILL what is left of the group."""
+    if process.poll() is None:
+        try:
+            if leader_only:
+                process.send_signal(sig)
+            else:
+                os.killpg(process.pid, sig)
+            process.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # stragglers of our own group only
+    except ProcessLookupError:
+        pass
+    if process.poll() is None:
+        process.wait(10)
+
+
+def base_env() -> dict[str, str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    for name in ("RAY_ADDRESS", "DATABASE_URL", "MLFLOW_TRACKING_URI"):
+        env.pop(name, None)
+    return env
+
+
+RAY_PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--runtime-env-agent-port",
+)
+
+
+@dataclass
+class RayHead:
+    address: str
+    process: subprocess.Popen[Any]
+    log: Path
+    ports: dict[str, int]
+
+    def stop(self) -> None:
+        stop_group(self.process, leader_only=True)  # `ray start --block` shuts its node down on SIGTERM
+        shutil.rmtree(self.log.parent, ignore_errors=True)
+
+    def crash(self) -> None:
+        """SIGKILL the head's process group at once (GCS, raylet, dashboard): a head that dies, not one
+        that shuts down (which can take long enough for a short sweep to finish). Workers and job drivers
+        follow: they exit when the raylet goes, and Ray's watcher kills a driver whose supervisor died."""
+        stop_group(self.process, signal.SIGKILL, timeout=30)
+
+
+def start_ray_head(
+    *,
+    num_cpus: int = 4,
+    num_gpus: int = 2,
+    ports: dict[str, int] | None = None,
+    env: dict[str, str] | None = None,
+) -> RayHead:
+    """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with
+    token auth and logical GPUs. Its temp folder is short: Ray's AF_UNIX sockets live there, and pytest's
+    temp paths exceed the 107-byte limit."""
+    tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
+    env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
+    subprocess.run(
+        [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
+    )
+    ports = dict(ports) if ports else {flag: free_port() for flag in RAY_PORT_FLAGS}
+    cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats"]
+    cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=true"]
+    cmd += ["--dashboard-host=127.0.0.1", f"--temp-dir={tmp / 'ray'}"]
+    cmd += [f"{flag}={port}" for flag, port in ports.items()]
+    log = tmp / "ray-head.log"
+    process = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise ProcessDied(f"ray start exited:\n{log.read_text()[-3000:]}")
+        return httpx.get(f"{address}/api/version", headers=auth_headers(), timeout=2).status_code == 200
+
+    wait_for(up, 120, "Ray head")
+    return RayHead(address, process, log, ports)
+
+
+def wait_for_gpus(address: str, gpus: float, timeout: float = 180) -> None:
+    """Until the Ray cluster at `address` (its dashboard) has `gpus` GPUs: its nodes have joined."""
+    adapter = JobSubmissionAdapter(address)
+    wait_for(
+        lambda: adapter.capacity().gpus >= gpus - 1e-9, timeout, f"{gpus:g} GPUs in the Ray cluster", 1.0
+    )
+
+
+@dataclass
+class Server:
+    """One `smartune serve` process."""
+
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+    port: int
+    process: subprocess.Popen[Any] | None = None
+    logs: list[Path] = field(default_factory=list)
+
+    def start(self) -> Server:
+        log = self.data_dir.parent / f"server-{len(self.logs)}.log"
+        self.logs.append(log)
+        cmd = [
+            str(VENV_BIN / "smartune"),
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=self.env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def up() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise ProcessDied(f"smartune serve exited:\n{log.read_text()[-3000:]}")
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+
+        wait_for(up, 90, "smartune serve", interval=0.3)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None:
+            stop_group(self.process, sig)
+
+    def output(self) -> str:
+        return "".join(p.read_text() for p in self.logs if p.exists())
+
+    def admin_key(self) -> str:
+        """The bootstrap admin key, read from the file the server says it wrote (mode 0600)."""
+        for line in self.output().splitlines():
+            if found := re.search(r"bootstrap admin key written to (.+) \(mode 0600\)", line):
+                return Path(found.group(1)).read_text().strip()
+        raise LookupError("no bootstrap admin key written")
+
+
+def make_server(tmp: Path, *, ray_address: str, database_url: str | None = None, **env: str) -> Server:
+    port = free_port()
+    data_dir = tmp / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server_env = base_env() | {
+        "RAY_ADDRESS": ray_address,
+        "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",
+        "SMARTUNE_CAPACITY_TTL_S": "1",
+        "SMARTUNE_MLFLOW_UI_PROTECTED": "true",  # as a deployment with its MLflow UI behind auth: links shown
+        "SMARTUNE_ENTRYPOINT_PYTHON": sys.executable,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        **env,
+    }
+    if database_url:
+        server_env["DATABASE_URL"] = database_url
+    return Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=server_env, port=port)
