@@ -56,3 +56,16 @@ def test_lambda_s_as_a_grid_axis(
     assert [r.config.method_params for r in resolved] == [{"lambda_s": 1.0}, {"lambda_s": 5.0}]
     assert [r.config.method_config().lambda_s for r in resolved] == [1.0, 5.0]
     assert [r.cell for r in resolved] == [{"lambda_s": 1.0}, {"lambda_s": 5.0}]  # the run's `smartune.cell`
+
+
+def test_two_axes_in_the_body_order_plan_as_the_stored_json_does(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    """The body lists `learning_rate` before `lambda_s`; the stored spec's JSON sorts its keys, so the driver
+    expands the axes in the other order: the same trials, and the digest the service priced still matches."""
+    axes = {"learning_rate": {"type": "grid", "values": [1e-4, 5e-4]},
+            "lambda_s": {"type": "grid", "values": [1.0, 3.0]}}  # fmt: skip
+    body = spec(method="smart", search_space={"axes": axes})
+    _, at_driver = _at_the_driver(client, team_key, engine, fake_ray, body)
+    cells = {(t["learning_rate"], t["method_params"]["lambda_s"]) for t in at_driver.trials()}
+    assert cells == {(lr, ls) for lr in (1e-4, 5e-4) for ls in (1.0, 3.0)}

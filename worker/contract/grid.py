@@ -136,9 +136,11 @@ def expand_grid(
 
 
 def plan_digest(trials: Sequence[Mapping[str, Any]]) -> str:
-    """The SHA-256 of a plan (its trials' values, in order): the control plane's and the driver's plans
-    of one spec are the same exactly when their digests are."""
-    return hashlib.sha256(json.dumps(list(trials), sort_keys=True, default=str).encode()).hexdigest()
+    """The SHA-256 of a plan (the set of its trials' values): the control plane's and the driver's plans
+    of one spec are the same exactly when their digests are. Order-free: the stored spec's JSON sorts its
+    keys, so the driver may expand the axes in another order than the body the service priced."""
+    rows = sorted(json.dumps(dict(trial), sort_keys=True, default=str) for trial in trials)
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
 def cell_params(config: Mapping[str, Any], axes: Iterable[str]) -> dict[str, Any]:
