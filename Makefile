@@ -95,6 +95,7 @@ research: install
 	$(BIN)/python -m research.numerics --json | tee research/results/numerics.json
 	$(BIN)/python -m research.pool_sim   # research/results/pool_sim.json, docs/img/pool_sim.png (~7 min)
 	$(BIN)/python -m research.memory_fit   # service/costs/memory.json from research/results/memory_h200.json (< 1 s)
+	$(BIN)/python -m research.reproduction.coverage --json > research/results/coverage_n5.json   # (~10 s)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out mutants

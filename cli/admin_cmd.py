@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="an absolute folder its local data and models may come from (repeat for several)",
     )
     _budget_flags(team)
+    _storage_flags(team)
     team.add_argument("--no-key", action="store_true", help="create no key")
     team.set_defaults(handler=create_team)
 
@@ -47,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     budget.add_argument("name")
     _budget_flags(budget, default=argparse.SUPPRESS)  # a flag not given changes nothing
     budget.set_defaults(handler=set_budget)
+
+    storage = cmds.add_parser(
+        "set-storage",
+        help="set a team's storage quota and checkpoint retention ('default': the deployment's)",
+    )
+    storage.add_argument("name")
+    _storage_flags(storage, default=argparse.SUPPRESS)  # a flag not given changes nothing
+    storage.set_defaults(handler=set_storage)
 
     key = cmds.add_parser(
         "create-key", help="create an API key for TEAM (or a team-less admin key) and print it"
@@ -71,6 +81,30 @@ def _budget_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
     p.add_argument("--cpu-hours", type=limit, default=default, help="CPU-hours per period ('none': no limit)")
     p.add_argument("--budget-days", type=limit, default=default,
                    help="the budgets' rolling window in days (default: SMARTUNE_BUDGET_PERIOD_DAYS, 30)")  # fmt: skip
+
+
+def size_bytes(value: str) -> int | None:
+    """`500MB`, `2GB`, `1.5GiB`, `1048576` (bytes) -> bytes; `default` -> None (the deployment's quota)."""
+    if value.strip().lower() == "default":
+        return None
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*", value, re.IGNORECASE)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{value!r}: a size (500MB, 2GB, 1.5GiB, or bytes) or 'default'")
+    return int(float(found[1]) * UNITS[(found[2] or "").lower()])
+
+
+UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
+         "ti": 2**40}  # fmt: skip
+
+
+def _storage_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
+    days = lambda v: None if v == "default" else float(v)  # noqa: E731
+    p.add_argument("--storage-quota", type=size_bytes, default=default,
+                   help="datasets + checkpoints + MLflow artifacts: 500GB, 2TiB, ... ('default': "
+                        "SMARTUNE_DEFAULT_STORAGE_QUOTA_GB)")  # fmt: skip
+    p.add_argument("--retention-days", type=days, default=default,
+                   help="days a finished job keeps its kept checkpoints ('default': "
+                        "SMARTUNE_CHECKPOINT_RETENTION_DAYS, 14)")  # fmt: skip
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -102,6 +136,8 @@ def create_team(args: argparse.Namespace) -> int:
             gpu_hours_budget=args.gpu_hours,
             cpu_hours_budget=args.cpu_hours,
             budget_period_days=args.budget_days,
+            storage_quota_bytes=args.storage_quota,
+            checkpoint_retention_days=args.retention_days,
         )
     except ValidationError as err:
         raise ValueError(f"invalid team: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
@@ -120,11 +156,6 @@ def create_team(args: argparse.Namespace) -> int:
 
 def set_budget(args: argparse.Namespace) -> int:
     """Only the flags given change: `--gpu-hours none` removes that budget."""
-    from pydantic import ValidationError
-
-    from service.schemas import TeamUpdate
-    from service.store import crud
-
     flags = {
         "gpu_hours_budget": "gpu_hours",
         "cpu_hours_budget": "cpu_hours",
@@ -133,10 +164,33 @@ def set_budget(args: argparse.Namespace) -> int:
     given = {field: getattr(args, flag) for field, flag in flags.items() if hasattr(args, flag)}
     if not given:
         raise ValueError("name at least one of --gpu-hours, --cpu-hours, --budget-days")
+    _update(args, given, "budget")
+    print(f"budget of {args.name!r}: " + ", ".join(f"{k}={v}" for k, v in given.items()), file=sys.stderr)
+    return 0
+
+
+def set_storage(args: argparse.Namespace) -> int:
+    """Only the flags given change: `--storage-quota default` returns to the deployment's quota."""
+    flags = {"storage_quota_bytes": "storage_quota", "checkpoint_retention_days": "retention_days"}
+    given = {field: getattr(args, flag) for field, flag in flags.items() if hasattr(args, flag)}
+    if not given:
+        raise ValueError("name at least one of --storage-quota, --retention-days")
+    _update(args, given, "storage")
+    print(f"storage of {args.name!r}: " + ", ".join(f"{k}={v}" for k, v in given.items()), file=sys.stderr)
+    return 0
+
+
+def _update(args: argparse.Namespace, given: dict[str, Any], what: str) -> None:
+    """Apply `given` (TeamUpdate's fields) to the team `args.name`; ValueError naming the field."""
+    from pydantic import ValidationError
+
+    from service.schemas import TeamUpdate
+    from service.store import crud
+
     try:
         team_in = TeamUpdate.model_validate(given)
     except ValidationError as err:
-        raise ValueError(f"invalid budget: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
+        raise ValueError(f"invalid {what}: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
     db = _store(args)
     with db.write_sessions() as session:
         team = crud.get_team(session=session, name=args.name)
@@ -144,8 +198,6 @@ def set_budget(args: argparse.Namespace) -> int:
             raise ValueError(f"no team {args.name!r}")
         crud.update_team(session=session, team=team, team_in=team_in)
         session.commit()
-    print(f"budget of {args.name!r}: " + ", ".join(f"{k}={v}" for k, v in given.items()), file=sys.stderr)
-    return 0
 
 
 def create_key(args: argparse.Namespace) -> int:
@@ -196,8 +248,10 @@ def list_teams(args: argparse.Namespace) -> int:
             cpus = "default" if t.cpu_quota is None else f"{t.cpu_quota:g}"
             jobs = "default" if t.max_concurrent_jobs is None else str(t.max_concurrent_jobs)
             roots = ",".join(t.data_roots or []) or "-"
+            disk = "default" if t.storage_quota_bytes is None else str(t.storage_quota_bytes)
             print(
                 f"{t.name}\tgpus={gpus}\tcpus={cpus}\tjobs={jobs}\tweight={t.weight:g}"
                 f"\tpriority={t.default_priority}\tmax_priority={t.max_priority}\troots={roots}"
+                f"\tstorage_bytes={disk}"
             )
     return 0

@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     def on_epoch_end(session: Any, record: dict[str, Any], is_best: bool) -> None:
         main = session.task.main_metric
         line = f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, {main} {record['metrics'][main]:.4f}"
+        if "validation" in record:  # held-out training rows choose the best epoch (validation_fraction)
+            line += f", validation {main} {record['validation'][main]:.4f}"
         (bar.write if bar is not None else print)(line + (" (best)" if is_best else ""))
 
     result = run_training(config, args.output, RunCallbacks(on_step=on_step, on_epoch_end=on_epoch_end))

@@ -144,7 +144,16 @@ def _teams(rows: list[dict[str, Any]]) -> None:
             f"{t['name']}\tgpus={_num(t['gpu_quota'], 'default')}\tcpus={_num(t['cpu_quota'], 'default')}"
             f"\tjobs={t['max_concurrent_jobs'] or 'default'}\tweight={t['weight']:g}"
             f"\tpriority={t['default_priority']}\tmax_priority={t['max_priority']}\troots={roots}"
+            f"\tstorage={_storage(t.get('storage'))}"
         )
+
+
+def _storage(disk: dict[str, Any] | None) -> str:
+    """`used/quota` in bytes (`*`: no quota), or `-` from a server that does not report it."""
+    if not disk:
+        return "-"
+    quota = disk["quota_bytes"]
+    return f"{disk['used_bytes']}/{'*' if quota is None else quota}"
 
 
 def _keys(rows: list[dict[str, Any]]) -> None:

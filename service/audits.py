@@ -5,7 +5,10 @@ quota, scheduled and dispatched like any job, and its Ray job runs the worker's 
 (`python -m worker.tune.audit`, see `entrypoint`) on the audited trials' MLflow runs. The entrypoint's
 report (PASS, FAIL or NOT-COMPARABLE per trial, each metric recorded vs re-run, each provenance field
 recorded vs now) becomes the audit job's summary, and is also logged on the audited job's parent run.
-Plain functions on a session; the routes are in service/api/routes/audits.py.
+An audit is admitted as a submission is (service.admission): its estimate, what the audited trials' runs
+took, must fit the team's budget; its trials the team's quotas; its priority, the audited job's, is lowered
+to the team's maximum if that is lower now. Plain functions on a session; the routes are in
+service/api/routes/audits.py.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service import admission
 from service.config import Settings
+from service.costs import budget
+from service.engine.scheduler import Resources
 from service.errors import ApiError
 from service.schemas import AuditRequest
 from service.store import crud
@@ -51,7 +57,23 @@ def _audited_runs(session: Session, job: Job, request: AuditRequest) -> list[Tri
     return list({t.trial_id: t for t in chosen}.values())  # each once, in the order named
 
 
-def submit_audit(*, session: Session, settings: Settings, job: Job, request: AuditRequest) -> Job:
+def _rerun_hours(runs: list[Trial], units_per_trial: float) -> float | None:
+    """Device-hours re-running `runs` takes: what their MLflow runs took (wall seconds x units per trial);
+    None when a run's wall time is unknown (admitted: it counts once it runs, as an unpriced job does)."""
+    seconds = [t.wall_s for t in runs]
+    if any(s is None for s in seconds):
+        return None
+    return sum(float(s or 0.0) for s in seconds) * units_per_trial / 3600
+
+
+def submit_audit(
+    *,
+    session: Session,
+    settings: Settings,
+    job: Job,
+    request: AuditRequest,
+    capacity: Resources | None = None,
+) -> Job:
     """Queue an audit of `job` (a SUCCEEDED sweep of the caller's team); return the audit job."""
     if job.kind != JobKind.SWEEP:
         raise ApiError(409, f"job {job.id} is an audit itself; audit the job it audited ({job.audit_of})")
@@ -60,13 +82,6 @@ def submit_audit(*, session: Session, settings: Settings, job: Job, request: Aud
     runs = _audited_runs(session, job, request)
     if len(list_audits(session=session, job_id=job.id)) >= MAX_AUDITS_PER_JOB:
         raise ApiError(409, f"job {job.id} has {MAX_AUDITS_PER_JOB} audits; that is the limit")
-    waiting = crud.count_team_jobs(session=session, team_id=job.team_id, states=[JobState.QUEUED])
-    if waiting >= settings.max_queued_jobs_per_team:
-        raise ApiError(
-            429,
-            f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}",
-            headers={"Retry-After": str(max(1, math.ceil(settings.scheduler_interval_s)))},
-        )
     plan = {
         "audit_of": job.id,
         "trials": [t.trial_id for t in runs],
@@ -91,8 +106,15 @@ def submit_audit(*, session: Session, settings: Settings, job: Job, request: Aud
         cleanup_pending=False,
         attempt=0,
     )
+    audit.device_unit = budget.unit_of(audit)
+    audit.estimated_hours = _rerun_hours(runs, budget.units_per_trial(audit))  # reserved while it waits
+    admitted = admission.admit(
+        session, settings, job.team, admission.stored_ask(audit, audit.estimated_hours), capacity=capacity
+    )
+    audit.priority = admitted.priority
+    reason = f"audit of {job.id} submitted" + (f"; {admitted.note}" if admitted.note else "")
     session.add(audit)
-    crud.record_transition(session=session, job=audit, from_state=None, reason=f"audit of {job.id} submitted")
+    crud.record_transition(session=session, job=audit, from_state=None, reason=reason)
     session.commit()
     return audit
 

@@ -109,6 +109,10 @@ class Settings(BaseSettings):
 
     scheduler_interval_s: float = Field(2.0, gt=0, description="seconds between scheduler rounds")
     capacity_ttl_s: float = Field(10.0, ge=0, description="seconds a read of the pool's capacity is kept")
+    # The largest Ray node: a submission is judged by it until the pool is read (service.admission); unset =
+    # none declared (`smartune serve` declares the head it starts), and a trial of that kind is then a 503.
+    largest_node_cpus: float | None = Field(None, ge=0, description="CPUs of the largest Ray node")
+    largest_node_gpus: float | None = Field(None, ge=0, description="GPUs of the largest Ray node")
     ready_ttl_s: float = Field(
         1.0, ge=0, description="seconds one /readyz answer is reused (it needs no key)"
     )
@@ -126,6 +130,19 @@ class Settings(BaseSettings):
     budget_period_days: float = Field(
         30.0, gt=0, le=3660, description="the rolling window of the teams' device-hour budgets (days)"
     )
+    # Disk per team (service.storage): datasets, Tune checkpoints, local MLflow artifacts.
+    default_storage_quota_gb: float | None = Field(
+        None, gt=0, description="GB (10^9 bytes) a team without its own storage quota may keep: its datasets, "
+        "Tune checkpoints and local MLflow artifacts; unset = unlimited"
+    )  # fmt: skip
+    checkpoint_retention_days: float = Field(
+        14.0, ge=0, description="days a finished job keeps its best trial's last checkpoint (and, FAILED, each "
+        "unfinished trial's, to resume from) before they are deleted too; a team's own wins"
+    )  # fmt: skip
+    storage_refresh_s: float = Field(
+        300.0, gt=0, description="seconds between the engine's measurements of the teams' disk use and its "
+        "checkpoint retention passes"
+    )  # fmt: skip
     gpu_kind: str | None = Field(
         None, max_length=128, description="the pool's GPU as torch names it (`NVIDIA H100 80GB HBM3`): the "
         "calibration entries GPU trials are estimated with; unset = whichever GPU the table has"
@@ -249,6 +266,11 @@ class Settings(BaseSettings):
         """The dataset store: `dataset_store`, else `<data dir>/datasets` (what a worker derives from
         SMARTUNE_DATA_DIR when SMARTUNE_DATASET_STORE is unset)."""
         return self.dataset_store or str(self.data_dir / "datasets")
+
+    @property
+    def default_storage_quota_bytes(self) -> int | None:
+        gb = self.default_storage_quota_gb
+        return None if gb is None else int(gb * 1e9)
 
     @property
     def tune_storage(self) -> str:

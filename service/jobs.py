@@ -1,7 +1,8 @@
 """Job operations behind the routes that need more than one crud call: submit (idempotent), cancel, retry.
 
-Submission validates against the deployment (service.validation), honours `Idempotency-Key` (the same key
-returns the original job; the same key with a different spec is a 409) and queues the job. Cancelling a
+Submission validates against the deployment (service.validation), admits the job as retries and audits are
+(service.admission: priority, quotas, the pool, the budget, the queue), honours `Idempotency-Key` (the same
+key returns the original job; the same key with a different spec is a 409) and queues the job. Cancelling a
 dispatched job stops its Ray job at once; the engine then ends its MLflow runs as KILLED. Retrying a
 FAILED job queues it again as its next attempt, which resumes from its Tune checkpoints: its finished
 trials are not run again.
@@ -10,15 +11,14 @@ trials are not run again.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service import validation
+from service import admission, validation
 from service.config import Settings
-from service.costs import budget, calibration, estimate, memory
+from service.costs import calibration, estimate, memory
 from service.datasets import ops as datasets
 from service.engine.ray_jobs import RayJobs, RayUnavailable
 from service.engine.scheduler import Resources
@@ -51,15 +51,20 @@ def _pinned(session: Session, settings: Settings, team: Team, spec: JobSpec) -> 
     return memory.pin(spec, gpu_kind=settings.gpu_kind, table=memory.load(session))
 
 
-def _check_queue_room(session: Session, settings: Settings, team: Team) -> None:
-    """429 when the team already has its limit of queued jobs."""
-    waiting = crud.count_team_jobs(session=session, team_id=team.id, states=[JobState.QUEUED])
-    if waiting >= settings.max_queued_jobs_per_team:
-        raise ApiError(  # room comes back when the scheduler admits one: try again after a round
-            429,
-            f"the team has {waiting} queued jobs; the limit is {settings.max_queued_jobs_per_team}",
-            headers={"Retry-After": str(max(1, math.ceil(settings.scheduler_interval_s)))},
-        )
+def _spec_ask(spec: JobSpec, team: Team, n_trials: int, plan: dict[str, Any]) -> admission.Ask:
+    """What a submitted spec asks: its priority if it sets one (else the team's default), its plan's hours."""
+    explicit = "priority" in spec.model_fields_set
+    return admission.Ask(
+        priority=spec.priority if explicit else team.default_priority,
+        explicit_priority=explicit,
+        cpus=spec.resources.cpus,
+        gpus=spec.resources.gpus,
+        max_concurrent=spec.limits.max_concurrent_trials,
+        n_trials=n_trials,
+        unit=plan["unit"],
+        device_hours=plan["device_hours"],
+        from_spec=True,
+    )
 
 
 def submit_job(
@@ -78,10 +83,12 @@ def submit_job(
         if earlier is not None:
             return _replay(earlier, request_hash), True
     spec = _pinned(session, settings, team, spec)
-    n_trials = validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
+    n_trials = validation.check_spec(spec, settings=settings, team=team)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
-    plan["budget"] = budget.check(session, team, settings, plan)  # 409 with the numbers when it does not fit
-    _check_queue_room(session, settings, team)
+    admitted = admission.admit(
+        session, settings, team, _spec_ask(spec, team, n_trials, plan), capacity=capacity
+    )
+    plan["budget"] = admitted.budget
     try:
         job = crud.create_job(
             session=session,
@@ -91,6 +98,8 @@ def submit_job(
             idempotency_key=idempotency_key,
             plan=plan,
             request_hash=request_hash,
+            priority=admitted.priority,
+            reason="submitted" + (f"; {admitted.note}" if admitted.note else ""),
         )
         session.commit()
     except IntegrityError:  # a concurrent request with the same key won the race
@@ -119,12 +128,10 @@ def dry_run(
     """What a submission of `spec` would be told, and its plan; nothing is created. A budget it would
     exceed is reported in the plan (`budget.fits` false, `budget.refusal`), not raised."""
     spec = _pinned(session, settings, team, spec)
-    validation.check_spec(spec, settings=settings, team=team, capacity=capacity)
+    n_trials = validation.check_spec(spec, settings=settings, team=team)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
-    try:
-        plan["budget"] = budget.check(session, team, settings, plan)
-    except ApiError as err:
-        plan["budget"] = {**(err.extra or {})["budget"], "refusal": err.detail}
+    ask = _spec_ask(spec, team, n_trials, plan)
+    plan["budget"] = admission.admit(session, settings, team, ask, capacity=capacity, dry_run=True).budget
     return {"dry_run": True, **plan}
 
 
@@ -152,25 +159,34 @@ def stop_ray_job(ray: RayJobs, submission_id: str) -> None:
         logger.warning("cancel %s: %s", submission_id, err)
 
 
-def retry_job(*, session: Session, settings: Settings, job: Job, by: str) -> Job:
+def retry_job(
+    *, session: Session, settings: Settings, job: Job, by: str, capacity: Resources | None = None
+) -> Job:
     """Queue a FAILED job again (409 for any other state): the next attempt restores the job's Tune
     experiment, so finished trials keep their results and the others resume from their last checkpoint.
-    The rest of the job's estimate must fit the team's budget (409) and its queue (429), as at submission."""
+    It is admitted as a submission is (service.admission): the rest of its estimate must fit the team's
+    budget (409), its trials the team's quotas as they are now (409), its queue (429); a priority above
+    the team's maximum now is lowered to it, and the timeline says so."""
     if job.state != JobState.FAILED:
         hint = "; submit its spec again instead" if job.state == JobState.CANCELLED else ""
         raise ApiError(
             409, f"only a FAILED job can be retried; job {job.id} is {job.state}{hint}", field=None
         )
     team = job.team
+    left_to_run = None
     if job.estimated_hours is not None:
         left_to_run = max(0.0, job.estimated_hours - (job.actual_hours or 0.0))
-        budget.check(session, team, settings, {"unit": budget.unit_of(job), "device_hours": left_to_run})
-    _check_queue_room(session, settings, team)
+    admitted = admission.admit(
+        session, settings, team, admission.stored_ask(job, left_to_run), capacity=capacity
+    )
     failure = job.message
     job.message = job.summary = job.finished_at = job.actual_hours = None
     job.summary_pending = False  # its queued_at stays: it takes its place again, as a requeued attempt does
-    reason = f"retried by key {by} after: {failure or 'a failure'}"[:900]
-    crud.set_state(session=session, job=job, state=JobState.QUEUED,
-                   reason=f"{reason}; attempt {job.attempt + 1} resumes from its checkpoints")  # fmt: skip
+    job.priority = admitted.priority
+    # The note goes first: the failure may run over several lines, of which a team's key sees the first.
+    retried = f"retried by key {by}" + (f", {admitted.note}," if admitted.note else "")
+    reason = f"{retried} after: {failure or 'a failure'}"[:900]
+    reason = f"{reason}; attempt {job.attempt + 1} resumes from its checkpoints"
+    crud.set_state(session=session, job=job, state=JobState.QUEUED, reason=reason)
     session.commit()
     return job

@@ -7,11 +7,13 @@ redefined here.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.costs.schemas import CostPublic
+from service.storage.schemas import StoragePublic
+from worker.contract.names import DISPLAY_NAME
 
 
 class Message(BaseModel):
@@ -56,6 +58,10 @@ class TeamUpdate(BaseModel):
     budget_period_days: float | None = Field(
         None, gt=0, le=3660, description="the budgets' rolling window; null = SMARTUNE_BUDGET_PERIOD_DAYS"
     )
+    storage_quota_bytes: int | None = Field(None, ge=0, le=2**62, description="bytes of datasets, Tune "
+        "checkpoints and local MLflow artifacts; null = SMARTUNE_DEFAULT_STORAGE_QUOTA_GB (unset: no limit)")  # fmt: skip
+    checkpoint_retention_days: float | None = Field(None, ge=0, le=3660, description="days a finished job "
+        "keeps its kept checkpoints; null = SMARTUNE_CHECKPOINT_RETENTION_DAYS")  # fmt: skip
 
     @field_validator("data_roots")
     @classmethod
@@ -78,7 +84,9 @@ class TeamUpdate(BaseModel):
 
 
 class TeamCreate(TeamUpdate):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$", examples=["nlp"])
+    name: Annotated[str, DISPLAY_NAME] = Field(
+        min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$", examples=["nlp"]
+    )
 
 
 class TeamPublic(_ORM):
@@ -94,6 +102,9 @@ class TeamPublic(_ORM):
     gpu_hours_budget: float | None = None
     cpu_hours_budget: float | None = None
     budget_period_days: float | None = None
+    storage_quota_bytes: int | None = None
+    checkpoint_retention_days: float | None = None
+    storage: StoragePublic | None = Field(None, description="its disk use against the quota in effect")
     created_at: datetime
 
 
@@ -238,6 +249,7 @@ class TeamUsage(BaseModel):
     jobs_queued: int
     weight: float
     share: float = Field(description="GPUs in use / weight: lower goes first")
+    storage: StoragePublic | None = Field(None, description="its disk use against its storage quota")
 
 
 class PoolPublic(BaseModel):

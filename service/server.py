@@ -36,7 +36,13 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
             extra_args=settings.ray_start_args,
         )
         python = settings.entrypoint_python or sys.executable  # the head runs on this machine, in this venv
-        settings = settings.model_copy(update={"ray_address": head.address, "entrypoint_python": python})
+        updates: dict[str, object] = {"ray_address": head.address, "entrypoint_python": python}
+        if head.process is not None:  # started here, so its size is known before Ray lists its node
+            size = local_head.declared_size(
+                settings.ray_num_cpus, settings.ray_num_gpus, settings.ray_start_args
+            )
+            updates |= {name: value for name, value in size.items() if getattr(settings, name) is None}
+        settings = settings.model_copy(update=updates)
     url = f"http://{settings.host}:{settings.port}/"
     record = local_head.record_serve(settings.data_dir, url)
     print(  # noqa: T201

@@ -1,9 +1,10 @@
 """What the control plane adds to `JobSpec`'s own validation: this deployment's limits and data roots.
 
 `JobSpec` (worker/contract/spec.py) rejects unknown tasks, methods, fields and bad ranges; here a valid spec is
-checked against the service's configuration and the submitting team: trial and seed counts, local paths
-(data and model; absolute, by worker.contract.sources) that must exist under a configured data root, and
-GPUs that the team's quota can never grant. Each failure names the field, for a 422.
+checked against the service's configuration and the submitting team: trial and seed counts, wall time, size,
+and local paths (data and model; absolute, by worker.contract.sources) that must exist under a configured
+data root. Each failure names the field, for a 422. What the team and the pool may grant now (priority,
+quotas, the pool, the budget, the queue) is service.admission's, the same for retries and audits.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import fnmatch
 import os
 
 from service.config import Settings
-from service.engine.pool import concurrency
-from service.engine.scheduler import Resources
 from service.errors import ApiError
 from service.store.models import Team
 from worker.contract.sources import SourceError, classify
@@ -69,20 +68,8 @@ def quotas(team: Team, settings: Settings) -> tuple[float, float]:
     return gpus, cpus
 
 
-def _check_fit(spec: JobSpec, limits: dict[str, float], what: str) -> None:
-    """Refuse a trial larger than `limits` (a quota or the pool): it could never run."""
-    for kind, per_trial in (("gpus", spec.resources.gpus), ("cpus", spec.resources.cpus)):
-        limit = limits.get(kind)
-        if limit is None or per_trial <= 0:
-            continue
-        unit = "GPUs" if kind == "gpus" else "CPUs"
-        if per_trial > limit + 1e-9:
-            raise invalid(f"resources.{kind}", f"{per_trial:g} {unit} per trial exceed {what} of {limit:g}")
-
-
-def check_spec(spec: JobSpec, *, settings: Settings, team: Team, capacity: Resources | None = None) -> int:
-    """Apply the deployment's limits to a valid spec; return its number of trials. Nothing that can never
-    run is accepted: a trial larger than the pool or the team's quotas, a peak beyond the quotas."""
+def check_spec(spec: JobSpec, *, settings: Settings, team: Team) -> int:
+    """Apply the deployment's limits to a valid spec; return its number of trials."""
     if len(spec.seeds) > settings.max_seeds:
         raise invalid("seeds", f"{len(spec.seeds)} seeds; the limit is {settings.max_seeds}")
     n_trials = count_trials(spec)
@@ -90,10 +77,6 @@ def check_spec(spec: JobSpec, *, settings: Settings, team: Team, capacity: Resou
         raise invalid(
             "search_space",
             f"the sweep has {n_trials} trials (cells x seeds x samples); the limit is {settings.max_cells}",
-        )
-    if spec.priority > team.max_priority:
-        raise invalid(
-            "priority", f"{spec.priority} is above the team's maximum priority of {team.max_priority}"
         )
     budget = spec.limits.time_budget_s
     if budget is not None and budget > settings.max_job_wall_time_s:
@@ -106,19 +89,4 @@ def check_spec(spec: JobSpec, *, settings: Settings, team: Team, capacity: Resou
                             "variable)")  # fmt: skip
     check_path(spec.data, "data", settings, team.data_roots)
     check_path(spec.model, "model", settings, team.data_roots)
-    gpu_quota, cpu_quota = quotas(team, settings)
-    _check_fit(spec, {"gpus": gpu_quota, "cpus": cpu_quota}, "the team's quota")
-    if capacity is not None:
-        _check_fit(spec, {"gpus": capacity.gpus, "cpus": capacity.cpus}, "the pool")
-    running = concurrency(
-        spec.resources.cpus, spec.resources.gpus, spec.limits.max_concurrent_trials, n_trials, capacity
-    )
-    for kind, per_trial, quota in (
-        ("GPUs", spec.resources.gpus, gpu_quota),
-        ("CPUs", spec.resources.cpus, cpu_quota),
-    ):
-        if per_trial > 0 and per_trial * running > quota + 1e-9:
-            raise invalid("limits.max_concurrent_trials",
-                          f"{running} concurrent trials x {per_trial:g} {kind} exceed the team's quota of "
-                          f"{quota:g} {kind}")  # fmt: skip
     return n_trials

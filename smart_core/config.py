@@ -24,7 +24,8 @@ PerturbSite = Literal["embedding-output", "word-embeddings"]
 RsArithmetic = Literal["auto", "fp32", "linearized"]
 
 # The smallest ε (ball) and σ that fp32, the most precise arithmetic a step runs at, resolves: below it
-# the gradient of R_s points nowhere (smart_core.precision; `python -m research.numerics`).
+# the gradient of R_s points nowhere (cosine with fp64 0.946 at 1e-5, 0.084 at 1e-6 on MiniLM-L6, CPU;
+# research/results/numerics.json, `python -m research.numerics`; smart_core.precision).
 MIN_PERTURBATION = 1e-5
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
@@ -66,7 +67,10 @@ class MethodConfig:
     """Every hyperparameter of a training method; defaults are the paper's (Section 4.1, Appendix B)."""
 
     method: MethodName = _role("method", "smart")
-    # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation)
+    # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation). The outer R_s gradient
+    # differentiates the full symmetric KL; mt-dnn's released SymKlCriterion stops the gradient in each of
+    # its two terms, i.e. half this gradient near δ = 0. So λ_s = 1 here acts like mt-dnn's adv_alpha = 2
+    # (classification; docs/architecture.md §4). The math is unchanged; only copied values need halving.
     lambda_s: float = _role("method", 1.0)
     # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
     mu: float = _role("method", 1.0)
@@ -163,8 +167,9 @@ class MethodConfig:
             if 0 < value < MIN_PERTURBATION:
                 raise ValueError(
                     f"{name} = {value:g} is below what fp32 resolves on a LayerNorm-ed embedding: the "
-                    f"gradient of R_s is rounding noise there (cosine 0.50 with fp64 at 1e-6, 0.99 at 1e-5 on "
-                    f"MiniLM-L6). Use {name} >= {MIN_PERTURBATION:g} (the paper's value), or 0"
+                    f"gradient of R_s is rounding noise there (cosine 0.08 with fp64 at 1e-6, 0.95 at 1e-5 on "
+                    f"MiniLM-L6, research/results/numerics.json). Use {name} >= {MIN_PERTURBATION:g} (the "
+                    f"paper's value), or 0"
                 )
         if self.rs_arithmetic == "linearized" and self.rs_dropout == "independent":
             raise ValueError(

@@ -1,12 +1,13 @@
 """Arithmetic that SMART's small perturbations survive: when a step linearises or leaves autocast; the teacher.
 
 Under bf16 autocast every Linear rounds its input to bf16 (spacing 2^-8 ≈ 4e-3 near 0.5, the scale of a
-LayerNorm-ed embedding), so x + δ with a small δ rounds back to x. Measured on MiniLM-L6 (eval mode, 16
-RTE pairs, against an fp64 reference; `python -m research.numerics`): with a perturbation of 0.01 per element
-the parameter gradient of R_s has cosine 0.62 with the fp64 one under bf16 autocast and 1.000 in fp32;
-at 0.1 bf16 reaches 0.993. fp16 without loss scaling underflows R_s's gradients (cosine 0.29 at 0.1,
-0.96 at 1). fp32 resolves down to 1e-5, the paper's ε (cosine 0.989; its R_s *value* is off by ~30% there,
-its gradient is not), and fails below (0.50 at 1e-6): `MethodConfig` refuses smaller ε and σ.
+LayerNorm-ed embedding), so x + δ with a small δ rounds back to x. Measured on MiniLM-L6 on CPU (eval mode,
+16 RTE pairs, against an fp64 reference; `python -m research.numerics`, `research/results/numerics.json`):
+with a perturbation of 0.01 per element the parameter gradient of R_s has cosine 0.54 with the fp64 one
+under bf16 autocast and 1.000 in fp32; at 0.1 bf16 reaches 0.983. fp16 without loss scaling underflows
+R_s's gradients (cosine 0.26 at 0.1, 0.95 at 1). fp32 resolves down to 1e-5, the paper's ε, just barely
+(cosine 0.946, 0.999 at 1e-4; its R_s *value* is off by 82% there, its gradient is not), and fails below
+(0.08 at 1e-6): `MethodConfig` refuses smaller ε and σ.
 
 A pass whose perturbation the step's arithmetic cannot resolve has two ways out (`step_plan`, chosen by
 MethodConfig.rs_arithmetic; components `fp32_step` and `linearized_step` say which ran):

@@ -86,6 +86,8 @@ RULES: tuple[Rule, ...] = (
          why="the engine never reaches up into the HTTP edge"),
     Rule("service.datasets", "any", never=("service.engine", *SERVICE_EDGE), why="uploads: the store only"),
     Rule("service.costs", "any", never=SERVICE_EDGE, why="estimates and budgets know no HTTP"),
+    Rule("service.storage", "any", never=("service.engine", *SERVICE_EDGE),
+         why="a team's disk: the engine calls its keeper, the routes its checks"),
     Rule("service.http", "any", never=("service.api", "service.dashboard"), why="middleware, not routes"),
     Rule("service.api", "any", never=("service.dashboard",), why="the pages build on the REST edge"),
     Rule("smartune", "import", only=("smartune",), why="`import smartune` loads the standard library only"),

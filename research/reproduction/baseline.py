@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from research.reproduction.stats import mean_sd, paired
+from research.reproduction.exact import fmt_exact
+from research.reproduction.records import FILE_ORDER
+from research.reproduction.stats import Paired, ci, mean_sd, paired, reading
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -22,6 +24,14 @@ BASELINE_VARIANTS = {
 def _best(data: dict[str, Any], variant: str) -> dict[int, float]:
     """Best dev Pearson (0-100) by seed of one variant."""
     return {r["seed"]: 100 * r["best"] for r in data["variants"][variant]["runs"]}
+
+
+def _cells(p: Paired) -> str:
+    """The comparison's table cells: difference [t interval] | t p | sign p | Wilcoxon p | reading."""
+    return (
+        f"{p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] | {p.p_t:.2f} | {fmt_exact(p.p_sign)} | {fmt_exact(p.p_wilcoxon)} "
+        f"| {reading(p)}"
+    )
 
 
 def baseline_section() -> list[str]:
@@ -39,28 +49,30 @@ def baseline_section() -> list[str]:
         f"STS-B, the first {setup['train_examples']} training examples, the full dev set, {setup['model']}, "
         f"batch {setup['batch_size']}, lr {setup['lr']:g}, {setup['epochs']} epochs, seeds "
         f"{', '.join(map(str, setup['seeds']))}; best dev Pearson. Commands: `{data['commands']['plain']}` and "
-        f"`{data['commands']['new']}` (file `research/results/baseline_stsb1k.json`).",
+        f"`{data['commands']['new']}` (file `research/results/baseline_stsb1k.json`; training examples: "
+        f"{setup.get('subsets', FILE_ORDER)}).",
         "",
-        "| variant | seeds | mean ± sd | minus plain loop [95% paired bootstrap] | paired t p |",
-        "|---|---|---|---|---|",
+        "| variant | n | mean ± sd | minus plain loop [95% paired t CI] | t p | sign p | Wilcoxon p | reading |",
+        "|---|---|---|---|---|---|---|---|",
         f"| plain Hugging Face loop (`research/plain_loop.py`) | {len(plain)} | {plain_mean:.2f} ± {plain_sd:.2f} "
-        "| – | – |",
+        "| – | – | – | – | – |",
     ]
     for key, label in BASELINE_VARIANTS.items():
         ours = _best(data, key)
         seeds = sorted(ours.keys() & plain.keys())
         p = paired([ours[s] for s in seeds], [plain[s] for s in seeds])
         m, sd = mean_sd([ours[s] for s in seeds])
-        lines.append(
-            f"| {label} | {len(seeds)} | {m:.2f} ± {sd:.2f} | {p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}] "
-            f"| {p.p_t:.2f} |"
-        )
+        lines.append(f"| {label} | {len(seeds)} | {m:.2f} ± {sd:.2f} | {_cells(p)} |")
     on, off = _best(data, "new"), _best(data, "nogroup")
     seeds = sorted(on.keys() & off.keys())
     p = paired([on[s] for s in seeds], [off[s] for s in seeds])
     lines += [
         "",
         f"Length grouping on minus off (smartune, the same seeds {', '.join(map(str, seeds))}): "
-        f"{p.mean:+.2f} [{p.low:+.2f}, {p.high:+.2f}], paired t p = {p.p_t:.2f}.",
+        f"{p.mean:+.2f}, {reading(p)} ({ci(p)}; t p = {p.p_t:.2f}, sign p = {fmt_exact(p.p_sign)}, Wilcoxon p = "
+        f"{fmt_exact(p.p_wilcoxon)}).",
+        "",
+        '"No difference found" is not a match: a t interval that holds 0 leaves every difference inside it',
+        "possible; showing equivalence takes a margin set in advance and an interval inside it.",
     ]
     return [*lines, ""]

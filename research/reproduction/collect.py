@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from research.reproduction.budget import ARM_SEP
 from research.reproduction.plan import CAMPAIGN, METHOD_LABELS, Campaign
 from research.reproduction.records import merge_into
 from smartune import Client
@@ -100,11 +101,15 @@ def collect(client: Client, tracking_uri: str, campaign: Campaign = CAMPAIGN) ->
 def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
     """The methods' records into `out` (the issue's format plus curves), the grid's into `grid_out`, each
     merged with the records already there (`records.merge_into`)."""
-    methods = [r for r in records if r["method"] in METHOD_LABELS and r["state"] == "TERMINATED"]
-    unfinished = sum(r["method"] in METHOD_LABELS and r["state"] != "TERMINATED" for r in records)
+
+    def is_method(r: dict[str, Any]) -> bool:  # a method's row, or one of its equal-compute arms
+        return r["method"].split(ARM_SEP)[0] in METHOD_LABELS
+
+    methods = [r for r in records if is_method(r) and r["state"] == "TERMINATED"]
+    unfinished = sum(is_method(r) and r["state"] != "TERMINATED" for r in records)
     if unfinished:
         print(f"{unfinished} method trials not finished yet: left out")  # a running trial's best is partial
-    grid = [r for r in records if r["method"] not in METHOD_LABELS]
+    grid = [r for r in records if not is_method(r)]
     for path, rows in ((out, methods), (grid_out, grid)):
         total = merge_into(path, rows)  # a new machine's store holds only its own trials: keep the others
         print(f"{len(rows)} trial records -> {path} ({total} in all)")

@@ -4,6 +4,9 @@ Two phases per task, each a set of ordinary job specs submitted over REST:
 - `grid`: vanilla over a small learning-rate x epochs grid, 3 seeds, once run in full and once with ASHA.
   It chooses the learning rate and epochs that every method then uses (`choose` in `research.reproduction.collect`).
 - `methods`: one job per method (5 seeds each) at the chosen learning rate and epochs.
+- equal compute (`budget_spec`, planned by `research.reproduction.budget`): one job per method and arm,
+  `equal-time` (the epochs vanilla's training time buys at the method's measured cost) or `equal-updates`,
+  its warm-up and decay planned over the arm's own epochs. Not run yet.
 
 Every job's name is `<campaign>/<task>/<part>`; its idempotency key is the name, so submitting the campaign again
 returns the jobs that exist (finished, running or queued) instead of running their cells twice. A new
@@ -13,7 +16,10 @@ campaign name starts over.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from research.reproduction.budget import ArmPlan
 
 TASKS = ("rte", "mrpc", "cola", "stsb", "sst2")
 TRAIN_EXAMPLES = 1000  # the low-resource regime of the paper's largest gains
@@ -135,6 +141,15 @@ class Campaign:
             "training": {**self.training, "learning_rate": learning_rate, "epochs": epochs},
             "seeds": list(self.seeds),
         }
+        return spec
+
+    def budget_spec(self, task: str, arm: ArmPlan, *, learning_rate: float) -> dict[str, Any]:
+        """The methods-phase job of `arm.method` trained for `arm.epochs`, under its own name
+        (`<campaign>/<task>/<label>@<arm>`): the trainer plans warm-up and decay over those epochs, so the
+        arm ends its schedule inside the budget instead of being cut mid-schedule."""
+        method = next(m for m in self.methods if m.label == arm.method)
+        spec = self.method_spec(task, method, learning_rate=learning_rate, epochs=arm.epochs)
+        spec["name"] = self.job_name(task, arm.label)
         return spec
 
 

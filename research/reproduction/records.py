@@ -34,3 +34,15 @@ def merge_into(path: Path, new: Iterable[dict[str, Any]]) -> int:
         by_key[trial_key(row)] = row
     path.write_text(json.dumps(list(by_key.values()), indent=1) + "\n")
     return len(by_key)
+
+
+# How a record's training examples were chosen. Every record written before issue 29 trained on the first N
+# rows of its task's GLUE train file (N = `train_examples`, 1,000 or the whole file), in file order, not a
+# random sample; such records carry no field for it, so the report reads a missing one as this. A record
+# that says otherwise (a `subsets` field) is printed as it says.
+FILE_ORDER = "file-order (first N rows)"
+
+
+def subsets(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The distinct ways `records` chose their training examples, a missing field read as FILE_ORDER."""
+    return sorted({str(r.get("subsets", FILE_ORDER)) for r in records})

@@ -16,7 +16,9 @@ import statistics
 from pathlib import Path
 
 from research.reproduction.baseline import baseline_section
-from research.reproduction.sections import Records, _by, _fmt, methods_sections, plot
+from research.reproduction.plot import plot
+from research.reproduction.records import FILE_ORDER, subsets
+from research.reproduction.sections import Records, _by, _fmt, methods_sections
 from research.reproduction.stats import mean_sd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ PLOT = ROOT / "docs" / "img" / "reproduction_curves.png"
 GPU_PLOT = ROOT / "docs" / "img" / "reproduction_curves_h200.png"
 GPU_RECORDS = RESULTS / "paper_ablation_h200.json"
 GPU_FULL_RECORDS = RESULTS / "paper_ablation_h200_fulltrain.json"  # the whole training set, not 1,000
+COVERAGE = RESULTS / "coverage_n5.json"  # `python -m research.reproduction.coverage --json`
 
 
 def _link(path: Path) -> str | None:
@@ -70,6 +73,40 @@ def grid_section(grid: Records) -> list[str]:
     return lines
 
 
+def statistics_section(coverage: Path = COVERAGE) -> list[str]:
+    """How the comparisons are tested, and how often the interval covers at the seeds the campaign has."""
+    lines = [
+        "## How the comparisons are tested",
+        "",
+        "- A comparison pairs each seed's method run with vanilla's run of the same seed (same data order and",
+        "  head initialisation). The report's interval is the paired t interval of the mean difference (95%,",
+        "  df = n − 1) and its p the paired t-test's; Holm's adjustment applies to these p, one family per task.",
+        "  Beside them: the exact two-sided sign test and the exact Wilcoxon signed-rank test (zero differences",
+        "  dropped, the null distribution counted over every sign pattern; `research/reproduction/exact.py`).",
+        "- With 5 seeds neither exact test can give a p below 0.0625 (2 / 2^5: all five seeds one way), so",
+        '  neither can reach 0.05. Earlier versions of this page printed a "bootstrap p 0.000": it said only',
+        "  that all five seeds pointed one way.",
+        '- A difference not found is not a match: where the interval holds 0 the tables say "no difference',
+        '  found" and the interval says how large a difference the seeds leave possible.',
+    ]
+    if coverage.exists():
+        data = json.loads(coverage.read_text())
+        setup, rows = data["setup"], {row["effect"]: row for row in data["rows"]}
+        null, shifted = rows[0.0], rows[max(rows)]
+        lines += [
+            f"- Coverage at n = {setup['n']}, measured on {setup['samples']:,} simulated {setup['n']}-seed paired "
+            f"samples per effect ({setup['distribution']}, seed {setup['seed']}; `{setup['command']}`, "
+            f"`research/results/{coverage.name}`): the t interval covered the true difference in "
+            f"{100 * null['t_coverage']:.1f}% of samples with no effect and {100 * shifted['t_coverage']:.1f}% with "
+            f"an effect of {shifted['effect']:g} seed-sd; the paired percentile bootstrap ({setup['draws']:,} "
+            f"resamples) that this page printed before covered {100 * null['bootstrap_coverage']:.1f}% and "
+            f"{100 * shifted['bootstrap_coverage']:.1f}%. With no effect the t-test's p fell below 0.05 in "
+            f"{100 * null['t_rejects']:.1f}% of samples, the bootstrap's in "
+            f"{100 * null['bootstrap_p_below_0.05']:.1f}%.",
+        ]
+    return [*lines, ""]
+
+
 def full_train_section(gpu_full: Records) -> list[str]:
     """The direct GPU runs on each task's whole training set (the paper's setting, with MiniLM)."""
     sizes = sorted({f"{r['task']} {r['train_examples']}" for r in gpu_full})
@@ -80,6 +117,20 @@ def full_train_section(gpu_full: Records) -> list[str]:
         f"({', '.join(sizes)}). Records: `research/results/{GPU_FULL_RECORDS.name}`.",
         "",
         *methods_sections(gpu_full, level="###", unit="one GPU shared by several trials", plot_link=None),
+    ]
+
+
+def _subsets_note(records: Records) -> list[str]:
+    """The header's line on how the records chose their training examples (records.FILE_ORDER unless a
+    record says otherwise)."""
+    kinds = subsets(records)
+    if kinds != [FILE_ORDER]:
+        return [f"_Training examples (subsets): {'; '.join(kinds)}, as each record says._", ""]
+    return [
+        f"_Training examples (subsets): {FILE_ORDER}. Every record here trained on the first N rows of its",
+        "task's GLUE train file, in file order (N = 1,000, or the whole file where a section says so), not on",
+        "a random sample of N: a file sorted by source or label gives a skewed subset._",
+        "",
     ]
 
 
@@ -94,9 +145,10 @@ def render(
         "(direct runs on a lent GPU) and `research/results/reproduction_grid.json`; the commands are in §1. Do not",
         "edit by hand: the prose is `research/reproduction/conclusions.md`._",
         "",
+        *_subsets_note([*records, *grid, *(gpu or []), *(gpu_full or [])]),
     ]
     out += CONCLUSIONS.read_text().splitlines() if CONCLUSIONS.exists() else []
-    out += ["", *baseline_section()]
+    out += ["", *statistics_section(), *baseline_section()]
     out += ["## The grid on vanilla (learning rate x epochs), in full and with ASHA", ""]
     out += grid_section(grid)
     out += ["## On CPU, through the service", ""]

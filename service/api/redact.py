@@ -3,11 +3,13 @@
 The store keeps everything (admins read it all); a team's key gets views with the server's insides taken
 out. A sweep summary is rebuilt from the fields a tenant needs (run ids, cells, metrics), so a field added
 to it later stays private until it is listed here. Error texts keep their first line (the reason), cut
-before a log tail, with absolute paths and URIs (which may carry database credentials) replaced.
+before a log tail, with absolute paths, URIs (which may carry database credentials) and IPv4 addresses
+(the nodes') replaced. A job's logs are scrubbed the same way, line by line (`tenant_logs`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +22,9 @@ MAX_TEXT = 500
 
 _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w.~/-])(?:~|/)(?:[^\s'\",;:()\[\]{}]*)")
+_ANSI = re.compile(r"(\x1b\[[0-9;]*[A-Za-z])")  # a terminal escape (colour) sequence, captured by split
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?!\w|\.\d)")  # not inside 1.2.3.4.5 or v1.2.3.4
 
 _SUMMARY_KEYS = (
     "job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors", "registered_model",
@@ -34,10 +39,47 @@ _TASK_KEYS = ("value", "stage", "epoch", "trial_id", "run_id", "seed", "register
 _ERROR_KEYS = ("trial_id", "run_id", "error_class", "error")  # why a trial failed; its text scrubbed
 
 
-def scrub(text: str) -> str:
-    """Replace URIs and absolute paths (`/srv/x`, `~/x`) in `text`."""
+def _scrub_plain(text: str) -> str:
     text = _URI.sub("<uri>", text)
-    return _PATH.sub(lambda m: "<path>" if len(m.group(0)) > 1 else m.group(0), text)
+    text = _PATH.sub(lambda m: "<path>" if len(m.group(0)) > 1 else m.group(0), text)
+    return _IPV4.sub("<ip>", text)
+
+
+def scrub(text: str) -> str:
+    """Replace URIs, absolute paths (`/srv/x`, `~/x`) and IPv4 addresses in `text`. Terminal colour codes
+    are kept and the text between them scrubbed on its own (Ray colours the URL in `...[32mhttp://host`)."""
+    parts = _ANSI.split(text)  # text, code, text, ...: the codes at odd indices
+    return "".join(part if i % 2 else _scrub_plain(part) for i, part in enumerate(parts))
+
+
+def _scrub_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {scrub(str(k)): _scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_json(v) for v in value]
+    return scrub(value) if isinstance(value, str) else value
+
+
+def _log_line(line: str) -> str:
+    """One line of a log, scrubbed; a JSON object (the driver's summary line) stays valid JSON."""
+    if line.startswith("{") and line.endswith("}"):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return json.dumps(_scrub_json(parsed))  # the driver's own separators: only values change
+    return scrub(line)
+
+
+def tenant_logs(text: str) -> str:
+    """A job's logs as a tenant sees them: every line scrubbed (the driver's summary names the tracking
+    URI and checkpoint paths, Ray's lines the node's address, tracebacks the venv); line breaks kept."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        lines.append(_log_line(body) + line[len(body) :])
+    return "".join(lines)
 
 
 def tenant_text(text: str | None) -> str | None:

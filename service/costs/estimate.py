@@ -34,7 +34,8 @@ from worker.contract.spec import JobSpec
 
 # What makes two trials cost the same.
 COST_FIELDS = ("task", "model", "method", "max_seq_length", "epochs", "batch_size", "max_train_samples",
-               "max_eval_samples", "train_fraction", "data", "workers", "precision", "optimizer")  # fmt: skip
+               "max_eval_samples", "train_fraction", "validation_fraction", "data", "workers", "precision",
+               "optimizer")  # fmt: skip
 
 
 def device_of(spec: JobSpec, settings: Settings) -> tuple[str, str, float]:
@@ -54,7 +55,7 @@ def _group(
 ) -> dict[str, Any]:
     device, _unit, _units = device_of(spec, settings)
     train = train_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_train_samples"],
-                           trial["train_fraction"])  # fmt: skip
+                           trial["train_fraction"], trial["validation_fraction"])  # fmt: skip
     evals = eval_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_eval_samples"])
     match = calibration.lookup(trial["model"], trial["method"], trial["max_seq_length"], device)
     out: dict[str, Any] = {

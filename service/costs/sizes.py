@@ -1,6 +1,9 @@
 """How many examples a trial trains on per epoch, and evaluates, before anything is read by the worker.
 
-The first `max_train_samples` rows, then the seeded `train_fraction` of them (worker/training/prepared.py).
+`max_train_samples` rows (a seeded stratified sample, or the first ones with `sampling: head`: the count is
+the same), then the seeded `train_fraction` of them, less the `validation_fraction` held out to choose the
+best epoch (worker/training/prepared.py; those rows are evaluated after every epoch, which the eval count
+leaves out: a forward pass over at most a fraction of the training rows).
 The split's size comes from the GLUE folder the service can read (lines of `<TASK>/<split>.tsv`, header
 excluded), else from GLUE's published sizes when the data is GLUE (`data` unset: SMARTUNE_GLUE_DIR or the
 hub's `glue`, which has the same splits), else it is unknown and the answer says why. Counts are cached by
@@ -89,10 +92,22 @@ def split_size(task_name: str, split: str, data: str | None, glue_dir: Path | No
     return Size(None, f"no GLUE-layout {split}.tsv or table file the service can count in {data}")
 
 
+def held_out(rows: int, validation_fraction: float) -> int:
+    """Rows of `rows` held out for validation: worker.training.sampling.split_validation's count."""
+    if validation_fraction <= 0 or rows < 2:
+        return 0
+    return min(rows - 1, max(1, round(validation_fraction * rows)))
+
+
 def train_examples(
-    task_name: str, data: str | None, glue_dir: Path | None, max_samples: int | None, fraction: float
+    task_name: str,
+    data: str | None,
+    glue_dir: Path | None,
+    max_samples: int | None,
+    fraction: float,
+    validation_fraction: float = 0.0,
 ) -> Size:
-    """Training examples per epoch: the first `max_samples` rows, then `fraction` of them."""
+    """Training examples per epoch: `max_samples` rows, then `fraction` of them, less those held out."""
     size = split_size(task_name, TASKS[task_name].train_split, data, glue_dir)
     rows, basis = size.rows, size.basis
     if rows is None:
@@ -103,6 +118,11 @@ def train_examples(
         rows, basis = max_samples, f"max_train_samples of {basis}"
     if fraction < 1:
         rows, basis = max(1, round(fraction * rows)), f"train_fraction {fraction:g} of {basis}"
+    if held_out(rows, validation_fraction):
+        rows, basis = (
+            rows - held_out(rows, validation_fraction),
+            f"{basis}, less validation_fraction {validation_fraction:g}",
+        )
     return Size(rows, basis)
 
 

@@ -1,14 +1,17 @@
-"""The dashboard's sessions: an API key exchanged for a signed cookie, and the CSRF tokens of its forms.
+"""The dashboard's sessions: an API key exchanged for a server-side session, and the CSRF tokens of its forms.
 
-The cookie never holds the key. It holds the key's public id, a random nonce and an expiry, signed with
-HMAC-SHA256 under `SMARTUNE_DASHBOARD_SECRET`; every request looks the key up again, so revoking the key
-ends its dashboard sessions at once. The cookie is HttpOnly (no script reads it), SameSite=Strict (no other
-site's page sends it), Path=/ui, and Secure when the request came over https (or as configured).
+A session is a row of the job store (service.store.dashboard_sessions): signing in records one for the key,
+signing out deletes it, and revoking the key deletes all of the key's, so a cookie saved before either opens
+nothing afterwards. The cookie never holds the key: it holds a random token (256 bits) and its HMAC-SHA256
+under `SMARTUNE_DASHBOARD_SECRET`; the store keeps only the token's SHA-256. Every page looks the session up
+(one indexed query, with its key and team), so an expired session, a revoked key or a logout is seen at
+once. The cookie is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), Path=/ui,
+and Secure when the request came over https (or as configured).
 
-Every form carries a CSRF token: HMAC(secret, "csrf|" + the session's nonce), compared in constant time.
-The login form, which has no session yet, is tied the same way to a short-lived pre-login cookie (login
-CSRF: a forged login would sign the victim in as the attacker). A POST whose Origin names another site is
-refused before either check.
+Every form carries a CSRF token: HMAC(secret, "csrf|session|" + the session's id), compared in constant
+time. The login form, which has no session yet, is tied the same way to a short-lived pre-login cookie
+(login CSRF: a forged login would sign the victim in as the attacker). A POST whose Origin names another
+site is refused before either check.
 
 Without a configured secret, development signs with a random one per process (logins end at restart);
 production keeps the dashboard off (Settings refuses a set-but-weak secret at start:
@@ -20,11 +23,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
-import time
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from fastapi import Request, Response
@@ -33,7 +33,8 @@ from sqlalchemy.orm import Session
 from service.api.deps import Principal
 from service.config import Settings
 from service.errors import ApiError
-from service.store import crud
+from service.store import crud, dashboard_sessions
+from service.store.models import ApiKey
 
 COOKIE = "smartune_session"
 LOGIN_COOKIE = "smartune_login"  # the pre-login nonce the login form's CSRF token is bound to
@@ -45,12 +46,8 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 class Signer:
-    """HMAC-SHA256 over a compact JSON payload: `<payload b64>.<signature b64>`."""
+    """HMAC-SHA256 under the dashboard's secret: the session cookie's signature and the CSRF tokens."""
 
     def __init__(self, secret: str) -> None:
         self._key = hashlib.sha256(b"smartune-dashboard|" + secret.encode()).digest()
@@ -58,22 +55,16 @@ class Signer:
     def mac(self, message: str) -> str:
         return _b64(hmac.new(self._key, message.encode(), hashlib.sha256).digest())
 
-    def sign(self, payload: dict[str, Any]) -> str:
-        body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
-        return f"{body}.{self.mac(body)}"
+    def seal(self, token: str) -> str:
+        """A session cookie's value: `<token>.<HMAC of it>`."""
+        return f"{token}.{self.mac('session|' + token)}"
 
-    def unsign(self, token: str) -> dict[str, Any] | None:
-        """The payload of a token this signer made and that has not expired (`exp`, unix s), else None."""
-        body, _, signature = token.partition(".")
-        if not body or not hmac.compare_digest(signature.encode(), self.mac(body).encode()):
+    def unseal(self, value: str) -> str | None:
+        """The token of a cookie value this signer sealed, else None (no database lookup for a forgery)."""
+        token, _, signature = value.partition(".")
+        if not token or not hmac.compare_digest(signature.encode(), self.mac("session|" + token).encode()):
             return None
-        try:
-            payload = json.loads(_unb64(body))
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(payload, dict) or not isinstance(payload.get("exp"), int | float):
-            return None
-        return payload if payload["exp"] > time.time() else None
+        return token
 
     def csrf(self, purpose: str, nonce: str) -> str:
         return self.mac(f"csrf|{purpose}|{nonce}")
@@ -85,10 +76,10 @@ class Signer:
 @dataclass(frozen=True)
 class Viewer:
     """Who looks at the dashboard: the key's principal (the same scope rules as the REST API) and the
-    session's nonce, which the CSRF tokens of the pages it is shown are bound to."""
+    session's id (its row), which the CSRF tokens of the pages it is shown are bound to."""
 
     principal: Principal
-    nonce: str
+    session_id: str
     csrf: str
 
     @property
@@ -165,41 +156,53 @@ def check_login_csrf(request: Request, token: str | None) -> None:
         )
 
 
-def principal_of(session: Session, key: str) -> Principal | None:
-    row = crud.authenticate(session=session, key=key)
-    if row is None:
-        return None
+def _principal(row: ApiKey) -> Principal:
     team = row.team
     return Principal(row.key_id, team.id if team else None, team.name if team else None, row.is_admin)
 
 
-def open_session(request: Request, response: Response, settings: Settings, principal: Principal) -> None:
-    """Sign the viewer in: the session cookie, and the pre-login cookie dropped."""
-    ttl = int(settings.dashboard_session_ttl_s)
-    payload = {"kid": principal.key_id, "n": secrets.token_urlsafe(16), "exp": int(time.time()) + ttl}
-    _set_cookie(response, request, settings, COOKIE, signer_of(request).sign(payload), ttl)
+def sign_in(session: Session, key: str, ttl_s: float) -> str | None:
+    """Open a session for the live key `key` (purging expired sessions first) and commit; return the
+    session's token for the cookie, or None for an unknown, malformed or revoked key. On a write session."""
+    row = crud.authenticate(session=session, key=key)
+    if row is None:
+        return None
+    dashboard_sessions.purge_expired(session=session)
+    token = secrets.token_urlsafe(32)
+    dashboard_sessions.open_session(session=session, key=row, token=token, ttl_s=ttl_s)
+    session.commit()
+    return token
+
+
+def sign_out(session: Session, viewer: Viewer) -> None:
+    """Delete the viewer's session and commit: its cookie opens nothing any more. On a write session."""
+    dashboard_sessions.end_session(session=session, session_id=viewer.session_id)
+    session.commit()
+
+
+def set_session_cookie(request: Request, response: Response, settings: Settings, token: str) -> None:
+    """Hand the signed-in viewer its cookie (the sealed token), and drop the pre-login cookie."""
+    value = signer_of(request).seal(token)
+    _set_cookie(response, request, settings, COOKIE, value, int(settings.dashboard_session_ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
 
 
-def close_session(response: Response) -> None:
+def drop_session_cookie(response: Response) -> None:
     response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
 
 
 def viewer_of(request: Request, session: Session) -> Viewer | None:
-    """The signed-in viewer, if the cookie is valid and its key still live (one indexed lookup)."""
-    token = request.cookies.get(COOKIE)
-    if not token:
+    """The signed-in viewer: a validly sealed cookie whose session is in the store, unexpired, and whose key
+    is live (one indexed lookup); else None."""
+    value = request.cookies.get(COOKIE)
+    if not value:
         return None
     signer = signer_of(request)
-    payload = signer.unsign(token)
-    if payload is None or not isinstance(payload.get("kid"), str) or not isinstance(payload.get("n"), str):
+    token = signer.unseal(value)
+    row = dashboard_sessions.live_session(session=session, token=token) if token else None
+    if row is None:
         return None
-    row = crud.get_api_key(session=session, key_id=payload["kid"])
-    if row is None or row.revoked_at is not None:
-        return None
-    team = row.team
-    principal = Principal(row.key_id, team.id if team else None, team.name if team else None, row.is_admin)
-    return Viewer(principal, payload["n"], signer.csrf("session", payload["n"]))
+    return Viewer(_principal(row.api_key), row.id, signer.csrf("session", row.id))
 
 
 def login_redirect(request: Request) -> ApiError:
@@ -209,7 +212,7 @@ def login_redirect(request: Request) -> ApiError:
 
 def check_csrf(request: Request, viewer: Viewer, token: str | None) -> None:
     check_origin(request)
-    if not signer_of(request).check_csrf("session", viewer.nonce, token):
+    if not signer_of(request).check_csrf("session", viewer.session_id, token):
         raise ApiError(403, "missing or wrong CSRF token: reload the page and try again", field="csrf")
 
 

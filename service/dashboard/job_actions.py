@@ -55,10 +55,13 @@ async def retry_job(
     attempt resumes from its checkpoints. A refusal (not FAILED, over budget, queue full) is an error page."""
     form = await read_form(request)
     auth.check_csrf(request, viewer, form.get("csrf"))
+    capacity = await run_in_threadpool(engine.known_capacity)
 
     def retry() -> None:
         job = views.load_job(session, viewer.principal, job_id)
-        job_ops.retry_job(session=session, settings=settings, job=job, by=viewer.principal.key_id)
+        job_ops.retry_job(
+            session=session, settings=settings, job=job, by=viewer.principal.key_id, capacity=capacity
+        )
 
     await writer.run(session, retry)
     engine.wake()

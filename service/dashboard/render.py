@@ -23,6 +23,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from service.storage.usage import human
+
 PACKAGE = Path(__file__).resolve().parent.parent  # service/
 TEMPLATES = PACKAGE / "templates" / "dashboard"
 STATIC = PACKAGE / "static" / "dashboard"
@@ -80,6 +82,7 @@ def environment() -> Environment:
     )
     env.filters["when"] = _when
     env.filters["num"] = _number
+    env.filters["size"] = human  # bytes: `1.10 GB`
     env.globals["urlencode"] = urlencode
     env.globals["asset"] = asset_url
     return env

@@ -87,8 +87,10 @@ def read_login(
 
 
 @router.post("/login")
-async def create_login(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
-    """Exchange an API key for a session cookie."""
+async def create_login(
+    request: Request, session: WriteSessionDep, settings: SettingsDep, writer: WriterDep
+) -> Response:
+    """Exchange an API key for a session (a row of the store) and its cookie."""
     form = await read_form(request)
     auth.check_login_csrf(request, form.get("csrf"))
     limiter = request.app.state.rate_limiter
@@ -97,9 +99,10 @@ async def create_login(request: Request, session: SessionDep, settings: Settings
             429, "too many sign-in attempts; wait a little", headers={"Retry-After": str(int(wait) + 1)}
         )
     key = form.get("key", "").strip()
-    principal = await anyio.to_thread.run_sync(auth.principal_of, session, key) if key else None
+    ttl_s = settings.dashboard_session_ttl_s
+    token = await writer.run(session, lambda: auth.sign_in(session, key, ttl_s)) if key else None
     target = auth.safe_next(form.get("next"))
-    if principal is None:
+    if token is None:
         response = HTMLResponse("")
         csrf = auth.start_login(request, response, settings)
         error = "That key is unknown, malformed or revoked." if key else "Paste an API key."
@@ -107,17 +110,21 @@ async def create_login(request: Request, session: SessionDep, settings: Settings
         page.raw_headers.extend(h for h in response.raw_headers if h[0] == b"set-cookie")
         return page
     redirect = see_other(target)
-    auth.open_session(request, redirect, settings, principal)
+    auth.set_session_cookie(request, redirect, settings, token)
     return redirect
 
 
 @router.post("/logout")
-async def delete_login(request: Request, viewer: PageViewer) -> Response:
-    """End the session (the cookie is dropped; the key itself stays valid)."""
+async def delete_login(
+    request: Request, viewer: PageViewer, session: WriteSessionDep, writer: WriterDep
+) -> Response:
+    """End the session: its row is deleted, so the cookie (even a saved copy) opens nothing any more; the
+    key itself stays valid."""
     form = await read_form(request)
     auth.check_csrf(request, viewer, form.get("csrf"))
+    await writer.run(session, lambda: auth.sign_out(session, viewer))
     redirect = see_other("/ui/login")
-    auth.close_session(redirect)
+    auth.drop_session_cookie(redirect)
     return redirect
 
 
@@ -168,10 +175,13 @@ async def audit_job(
     /api/v1/jobs/{id}/audits`) and show it."""
     form = await read_form(request)
     auth.check_csrf(request, viewer, form.get("csrf"))
+    capacity = await run_in_threadpool(engine.known_capacity)
 
     def submit() -> str:
         job = views.load_job(session, viewer.principal, job_id)
-        return audits.submit_audit(session=session, settings=settings, job=job, request=AuditRequest()).id
+        return audits.submit_audit(
+            session=session, settings=settings, job=job, request=AuditRequest(), capacity=capacity
+        ).id
 
     audit_id = await writer.run(session, submit)
     engine.wake()
@@ -205,7 +215,7 @@ async def resubmit_job(
         lambda: read_spec(spec_json, "application/json", max_cells=settings.max_cells),
         limiter=request.app.state.spec_limiter,
     )
-    capacity = engine.capacity
+    capacity = await run_in_threadpool(engine.known_capacity)
 
     def submit() -> str:
         team = session.get(Team, principal.team_id)

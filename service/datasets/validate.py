@@ -16,6 +16,7 @@ from pathlib import Path
 
 from service.datasets.upload import Form
 from service.errors import ApiError
+from worker.contract.names import check_display_name
 from worker.contract.sources import DATASET_NAME, TABLE_SUFFIXES
 from worker.contract.tasks import TaskSpec, get_task
 
@@ -40,6 +41,10 @@ def fields(form: Form) -> tuple[str, TaskSpec, str | None]:
     name = form.fields.get("name", "").strip()
     if not name:
         raise ApiError(422, "name: missing", field="name")
+    try:  # the one rule for names people read (worker.contract.names), before the pattern: it says why
+        check_display_name(name)
+    except ValueError as err:
+        raise ApiError(422, f"name: {err}", field="name") from None
     if not DATASET_NAME.fullmatch(name) or name == "sha256":
         raise ApiError(422, "name: 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit "
                             "(and not 'sha256')", field="name")  # fmt: skip

@@ -7,8 +7,9 @@ ended), `lease` (one engine among replicas), `planned_stop` (a Ray head stopped 
 (the one Ray touchpoint: the Jobs API client), `local_head` (the embedded deployment's Ray head).
 
 May import: the store (`service.store`), the settings and plain helpers at the service's root
-(`config`, `errors`, `series`), `service.costs`, `service.audits` (an audit's entrypoint),
-`service.http.logs` (the job id on log lines) and `worker.contract`. Never the HTTP edge
-(`service.api`, `service.dashboard`, `service.main`), torch, transformers, or Ray's and MLflow's Python
-runtime at import time (both are reached lazily). Importing it starts nothing.
+(`config`, `errors`, `series`), `service.costs`, `service.storage` (its keeper: checkpoint retention and
+the teams' disk), `service.audits` (an audit's entrypoint), `service.http.logs` (the job id on log lines)
+and `worker.contract`. Never the HTTP edge (`service.api`, `service.dashboard`, `service.main`), torch,
+transformers, or Ray's and MLflow's Python runtime at import time (both are reached lazily). Importing it
+starts nothing.
 """

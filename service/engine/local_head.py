@@ -103,6 +103,22 @@ def resource_args(num_gpus: int | None, extra_args: str) -> list[str]:
     return [f"--resources={json.dumps({'gpu_memory_mb': memory})}"] if memory else []
 
 
+def declared_size(num_cpus: int | None, num_gpus: int | None, extra_args: str = "") -> dict[str, float]:
+    """The size of the node a head started here gets, as the settings `largest_node_cpus` / `_gpus`
+    (service.admission judges submissions by it until the pool is read): the `--num-cpus` / `--num-gpus`
+    it is given; else, for CPUs, those this process may run on (what Ray counts, unless a container's CPU
+    quota is lower: then set SMARTUNE_RAY_NUM_CPUS). GPUs Ray detects itself are not guessed, nor is a
+    size that `extra_args` sets."""
+    size: dict[str, float] = {}
+    if "--num-cpus" not in extra_args:
+        affinity = getattr(os, "sched_getaffinity", None)
+        here = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+        size["largest_node_cpus"] = float(num_cpus if num_cpus is not None else here)
+    if num_gpus is not None and "--num-gpus" not in extra_args:
+        size["largest_node_gpus"] = float(num_gpus)
+    return size
+
+
 def start_or_reuse(
     data_dir: Path,
     *,

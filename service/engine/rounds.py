@@ -6,11 +6,15 @@ job (service.engine.watch), finishes cancellations, then runs the scheduler and 
 was lost, the pool's capacity; otherwise every `RESCHEDULE_S`. The first round after a start is the
 reconciliation with Ray: no job is dispatched before every non-final job has been looked up. Ray being
 unreachable only postpones a round. Among several replicas only the holder of the engine lease
-(service.engine.lease) runs rounds; the others stand by.
+(service.engine.lease) runs rounds; the others stand by, reading only the pool's capacity, which every replica's
+submissions are judged by (`known_capacity`). The holder also runs the storage step at most every
+`storage_refresh_s` (service.storage.keeper: finished jobs' checkpoint retention, then each team's disk
+measured for the storage quotas), Ray reachable or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -22,6 +26,7 @@ from service.engine.ray_jobs import RayJobs, RayUnavailable
 from service.engine.scheduler import Resources
 from service.engine.tracking import Tracker
 from service.engine.watch import Watcher
+from service.storage.keeper import Keeper
 from service.store.db import Database
 
 logger = logging.getLogger(__name__)
@@ -41,11 +46,14 @@ class Engine:
         self.watcher = Watcher(
             db=db, ray=ray, tracker=tracker, settings=settings, resubmit=self.dispatcher.submit
         )
+        self.storage = Keeper(db=db, settings=settings)  # disk measured, checkpoints retained
         self.capacity: Resources | None = None
         self.capacity_error: str | None = None  # why the last read of the capacity failed, if it did
         self.reconciled = False
         self.last_error: str | None = None
         self._capacity_at = self._scheduled_at = float("-inf")
+        self._failed_at = float("-inf")  # the last read of the capacity that Ray did not answer
+        self._capacity_lock = threading.Lock()  # one read at a time: the rounds' and a submission's
         self._scheduled_for: Resources | None = None
         self._dirty = True
         self._stop, self._wake = threading.Event(), threading.Event()
@@ -86,6 +94,8 @@ class Engine:
                 self.db.write_sessions, lease.ENGINE_LEASE, self.holder, self.settings.engine_lease_s
             )
             if not self.leading:
+                with contextlib.suppress(RayUnavailable):  # its submissions are judged by the pool too
+                    self.refresh_capacity()
                 self.last_error = "standing by: another replica holds the engine lease"
                 return
             if not was_leading:
@@ -109,19 +119,34 @@ class Engine:
         except Exception as err:  # a bug must not kill the loop
             self.last_error = repr(err)
             logger.exception("engine round failed")
+        if self.leading:  # Ray down or not: retention and the teams' disk, every storage_refresh_s at most
+            self.storage.tick()
 
     def refresh_capacity(self, force: bool = False) -> Resources | None:
         """The pool's capacity, read again once `capacity_ttl_s` has passed. A failed read keeps the last
         known capacity (the round goes on: watching needs none) until a first one was ever read."""
-        if force or time.monotonic() - self._capacity_at >= self.settings.capacity_ttl_s:
-            try:
-                self.capacity, self.capacity_error = self.ray.capacity(), None
-            except RayUnavailable as err:
-                if self.capacity is None:
-                    raise
-                self.capacity_error = f"capacity unreadable, the last known is used: {err}"
-                logger.warning("%s", self.capacity_error)
-            self._capacity_at = time.monotonic()
+        with self._capacity_lock:
+            if force or time.monotonic() - self._capacity_at >= self.settings.capacity_ttl_s:
+                try:
+                    self.capacity, self.capacity_error = self.ray.capacity(), None
+                except RayUnavailable as err:
+                    self._failed_at = time.monotonic()
+                    if self.capacity is None:
+                        raise
+                    self.capacity_error = f"capacity unreadable, the last known is used: {err}"
+                    logger.warning("%s", self.capacity_error)
+                self._capacity_at = time.monotonic()
+        return self.capacity
+
+    def known_capacity(self) -> Resources | None:
+        """The pool as last read; when it never was, read now (or wait for the round's read under way), so
+        a submission right after start is judged by the pool rather than let through. None while Ray cannot
+        tell (unreachable, or a fresh head listing no node yet): admission then judges by the largest node
+        the deployment declares (service.admission). A Ray call: not on the event loop."""
+        # While Ray fails, the rounds keep trying; submissions ask it at most once per TTL themselves.
+        if self.capacity is None and time.monotonic() - self._failed_at >= self.settings.capacity_ttl_s:
+            with contextlib.suppress(RayUnavailable):
+                self.refresh_capacity()
         return self.capacity
 
     def _ensure_experiment(self) -> None:

@@ -1,7 +1,8 @@
 """The store room: the database that is the control plane's source of truth (docs/architecture.md §2).
 
 `db` (engine, sessions, migrations on start), `models` (the tables), `crud` (plain functions on a
-session), `alembic/` (the migrations; the schema is never created any other way).
+session), `dashboard_sessions` (the dashboard's signed-in viewers), `alembic/` (the migrations; the
+schema is never created any other way).
 
 May import: SQLAlchemy, Alembic, the settings and plain helpers at the service's root (`config`,
 `schemas`, `security`), `service.costs` and `worker.contract`. Never the engine (`service.engine`), the

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import security
 from service.costs import budget
 from service.schemas import TeamCreate, TeamUpdate
+from service.store import dashboard_sessions
 from service.store.db import utcnow
 from service.store.models import (
     ACTIVE_STATES,
@@ -82,6 +83,7 @@ def list_api_keys(*, session: Session, team: Team) -> Sequence[ApiKey]:
 def revoke_api_key(*, session: Session, key: ApiKey) -> ApiKey:
     if key.revoked_at is None:
         key.revoked_at = utcnow()
+    dashboard_sessions.end_key_sessions(session=session, key=key)
     session.flush()
     return key
 
@@ -107,10 +109,13 @@ def create_job(
     idempotency_key: str | None,
     plan: dict[str, Any] | None = None,
     request_hash: str | None = None,
+    priority: int | None = None,
+    reason: str = "submitted",
 ) -> Job:
-    """Queue a validated spec with its plan (service.costs.estimate); its priority is the team's default
-    unless the spec sets one."""
-    priority = spec.priority if "priority" in spec.model_fields_set else team.default_priority
+    """Queue a validated spec with its plan (service.costs.estimate) at `priority` (as admitted,
+    service.admission; unset: the spec's, else the team's default); `reason` starts its timeline."""
+    if priority is None:
+        priority = spec.priority if "priority" in spec.model_fields_set else team.default_priority
     job = Job(
         id=new_job_id(),
         team_id=team.id,
@@ -132,7 +137,7 @@ def create_job(
         estimated_hours=plan["device_hours"] if plan else None,
     )
     session.add(job)
-    record_transition(session=session, job=job, from_state=None, reason="submitted")  # one flush for both
+    record_transition(session=session, job=job, from_state=None, reason=reason)  # one flush for both
     return job
 
 

@@ -74,6 +74,9 @@ class Team(Base):
     gpu_hours_budget: Mapped[float | None] = mapped_column(Float)  # GPU-hours (GPUs per trial x hours)
     cpu_hours_budget: Mapped[float | None] = mapped_column(Float)  # CPU-hours, of trials without GPUs
     budget_period_days: Mapped[float | None] = mapped_column(Float)  # None: SMARTUNE_BUDGET_PERIOD_DAYS
+    # Disk (service.storage): bytes of datasets, checkpoints and artifacts; None: the deployment's default
+    storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_retention_days: Mapped[float | None] = mapped_column(Float)  # None: the deployment's
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -136,6 +139,10 @@ class Job(Base):
     device_unit: Mapped[str | None] = mapped_column(String(16))
     estimated_hours: Mapped[float | None] = mapped_column(Float)
     actual_hours: Mapped[float | None] = mapped_column(Float)
+    # Checkpoint retention (service.storage.retention): "pruned" (all but the kept checkpoints deleted)
+    # or "expired" (all deleted), at `retention_at`; a job that ends again later (a retry) is pruned again.
+    retention_step: Mapped[str | None] = mapped_column(String(16))
+    retention_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)  # FIFO key; kept on requeue
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -267,3 +274,30 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     team: Mapped[Team] = relationship(lazy="joined")
+
+
+class DashboardSession(Base):
+    """A signed-in dashboard viewer (service.dashboard.auth): the row is the session, so deleting it (logout,
+    the key's revocation) ends it at once. The cookie holds a random token; only its SHA-256 is stored."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # SHA-256 hex of the cookie's token
+    api_key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)  # expired rows are purged at login
+
+    api_key: Mapped[ApiKey] = relationship(lazy="joined")
+
+
+class StorageUsage(Base):
+    """A team's measured disk use (service.storage.measure), written by the engine every
+    SMARTUNE_STORAGE_REFRESH_S so that no request walks a folder: its Tune checkpoints and local MLflow
+    artifacts in bytes. Its datasets are summed from their rows at each check instead (exact at once)."""
+
+    __tablename__ = "storage_usage"
+
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True)
+    checkpoint_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    artifact_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    measured_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -38,8 +38,16 @@ class Api:
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(self("GET", f"/api/v1/jobs/{job_id}").json())
 
-    def submit(self, spec: dict[str, Any]) -> str:
-        return str(self("POST", "/api/v1/jobs", expect=201, json=spec).json()["id"])
+    def submit(self, spec: dict[str, Any], timeout: float = 60) -> str:
+        """Submit; a 503 (the pool not read from Ray yet, the database busy) is tried again after its
+        Retry-After, as the SDK does."""
+        deadline = time.monotonic() + timeout
+        response = self("POST", "/api/v1/jobs", expect=None, json=spec)
+        while response.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+            response = self("POST", "/api/v1/jobs", expect=None, json=spec)
+        assert response.status_code == 201, f"POST /api/v1/jobs: {response.status_code} {response.text}"
+        return str(response.json()["id"])
 
     def wait(
         self, job_id: str, until: Any, timeout: float = 240, *, past_the_end: bool = False

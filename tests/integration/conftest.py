@@ -31,6 +31,6 @@ def ray_head() -> Iterator[RayHead]:
 
 @pytest.fixture
 def server(tmp_path: Path, ray_head: RayHead, glue_dir: Path) -> Iterator[Server]:
-    server = make_server(tmp_path, ray_address=ray_head.address).start()
+    server = make_server(tmp_path, ray_address=ray_head.address, **ray_head.declared()).start()
     yield server
     server.stop()

@@ -12,8 +12,10 @@ of the server and one of schemathesis are this test's, and why:
   what is under test is the API, not the sweep, and the machine's cores stay with the fuzzer;
 - `positive_data_acceptance` also accepts 413 and 422 from the operations that create or change things:
   a job spec valid by its JSON schema can still break the deployment's rules (the pool, the team's
-  quotas, the grid's size, the data roots, the tasks the workers know), and a team body its cross-field
-  rule (default priority within the maximum), which no JSON schema can express;
+  quotas, the grid's size, the data roots, the tasks the workers know), a team body its cross-field
+  rule (default priority within the maximum), and a dataset upload's files the task's splits and rows
+  (each file one split the task reads, every row readable by training's loader), which no JSON schema
+  can express (the upload's `name` and `task` fields state their rules: tests/service/test_hostile_inputs.py);
 - `not_a_server_error` accepts a 503 (never another 5xx) from the two operations whose answer depends on
   Ray's dashboard answering within the deployment's timeout: `/readyz` (that is what it reports) and a
   job's logs (read from Ray). On a loaded machine the dashboard can be slow; both declare the 503.
@@ -40,7 +42,7 @@ from tests.support.cluster import VENV_BIN, RayHead, Server, base_env, make_serv
 KEY_ENV = "SMARTUNE_FUZZ_KEY"
 RUNS = [("team key", "team", 50), ("no key", None, 10), ("admin key", "admin", 30)]  # max examples
 RUN_TIMEOUT_S = 150
-CREATING = ["/api/v1/jobs", "/api/v1/teams", "/api/v1/teams/{name}"]
+CREATING = ["/api/v1/jobs", "/api/v1/teams", "/api/v1/teams/{name}", "/api/v1/datasets"]
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "413", "422", "429", "5xx"]  # 5xx: its own check
 ON_RAY = ["/readyz", "/api/v1/jobs/{job_id}/logs"]
 _ON_RAY = re.compile(r"^/readyz$|^/api/v1/jobs/[^/]+/logs$")
@@ -85,6 +87,7 @@ def fuzzed_server(tmp_path: Path, ray_head: RayHead) -> Iterator[Server]:
         SMARTUNE_RATE_LIMIT_PER_S="5000",
         SMARTUNE_RATE_LIMIT_BURST="5000",
         SMARTUNE_SWEEP_MODULE="this",
+        **ray_head.declared(),  # a spec sent before the engine read the pool is judged by the node, not a 503
     ).start()
     yield server
     server.stop()

@@ -12,7 +12,7 @@ import pytest
 from research.reproduction import report
 from research.reproduction.collect import choose
 from research.reproduction.plan import CAMPAIGN, METHODS, Campaign
-from research.reproduction.stats import best_within, holm, paired
+from research.reproduction.stats import best_within, holm, paired, reading
 
 BY_LABEL = {m.label: m for m in METHODS}
 
@@ -22,10 +22,14 @@ def test_the_paired_test_matches_its_textbook_values() -> None:
     # differences 1, 1, 2, 0, 2: mean 1.2, sd 0.837, t = 1.2 / (0.837 / sqrt 5) = 3.207 on 4 df
     assert result.mean == pytest.approx(1.2)
     assert result.p_t == pytest.approx(0.0327, abs=5e-4)
-    assert 0.4 <= result.low <= 1.2 <= result.high <= 2.0
-    assert result.p_bootstrap < 0.1
+    # t_{0.975, 4} = 2.776: 1.2 ± 2.776 x 0.837 / sqrt 5 = [0.161, 2.239]
+    assert (result.low, result.high) == pytest.approx((0.161, 2.239), abs=1e-3)
+    # four positive of four nonzero: sign p 2/16; ranks of 1, 1, 2, 2 are 1.5, 1.5, 3.5, 3.5, all positive
+    assert result.p_sign == pytest.approx(0.125) and result.p_wilcoxon == pytest.approx(0.125)
+    assert reading(result) == "higher" and reading(result, 0.06) == "higher, not after Holm"
     flat = paired([1.0, 2.0], [1.0, 2.0])
     assert (flat.mean, flat.p_t, flat.low, flat.high) == (0.0, 1.0, 0.0, 0.0)
+    assert reading(flat) == "no difference found"
     with pytest.raises(ValueError, match="at least 2"):
         paired([1.0], [0.0])
 
@@ -53,11 +57,15 @@ def test_the_summary_adjusts_within_each_task_and_bolds_what_survives() -> None:
     rows = summary_rows(records, ["rte", "mrpc"])
     assert rows[0] == "| method | rte | mrpc |"
     # rte's family has two comparisons: its smallest p doubles; mrpc's has one: unchanged
-    assert "| r3f | **+0.30 (p 0.013; Holm 0.026)** | – |" in rows
-    assert "| smart | +1.00 (p 0.230; Holm 0.230) | **+0.30 (p 0.013; Holm 0.013)** |" in rows
+    assert "| r3f | **+0.30 [+0.10, +0.50] (p 0.013; Holm 0.026)** | – |" in rows
+    assert (
+        "| smart | +1.00: no difference found (95% CI [-0.96, +2.96]; p 0.230; Holm 0.230) "
+        "| **+0.30 [+0.10, +0.50] (p 0.013; Holm 0.013)** |"
+    ) in rows
+    assert not any("match" in row or "equivalent" in row for row in rows)
 
 
-def test_equal_compute_takes_the_best_epoch_that_ended_within_the_budget() -> None:
+def test_the_old_cut_schedule_takes_the_best_epoch_that_ended_within_the_budget() -> None:
     curve, seconds = [50.0, 70.0, 65.0, 80.0], [10.0, 10.0, 10.0, 10.0]
     assert best_within(curve, seconds, 35.0) == 70.0
     assert best_within(curve, seconds, 40.0) == 80.0
@@ -110,8 +118,15 @@ def test_the_report_puts_paired_differences_and_the_papers_numbers_side_by_side(
     ]
     page = report.render(records, [])
     rte = page[page.index("### rte") :]
-    assert "| smart | 3 | 61.00 ± 2.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in rte
-    assert "| vanilla | 3 | 60.00 ± 2.00 | – | – | – | 63.5 |" in rte
+    # every seed +1 (sd 0): the t interval is the point; sign and Wilcoxon 2 / 2^3
+    assert (
+        "| smart | 3 | 61.00 ± 2.00 | +1.00 [+1.00, +1.00] | 0.000 (0.000) | 0.25 | 0.25 | higher | 71.2 |"
+        in rte
+    )
+    assert "| vanilla | 3 | 60.00 ± 2.00 | – | – | – | – | – | 63.5 |" in rte
+    assert "cannot give a two-sided p below 0.25" in page  # 3 seeds: the exact tests' floor, said
+    assert "cut schedule (old)" in page and "paired bootstrap]" not in page and "bootstrap p |" not in page
+    assert "_Training examples (subsets): file-order (first N rows)." in page
     assert "| rte | smart | 6.50e-01 | 1.00e-10 |" in page  # the regulariser's components, per method
     assert "| task | vanilla | smart |" in page  # one trial per CPU thread: no sharing column
     report.plot(records, tmp_path / "curves.png", "training minutes")
@@ -129,14 +144,20 @@ def test_the_gpu_records_get_their_own_section_with_the_same_tables() -> None:
     page = report.render([], [], gpu)
     cpu_part, gpu_part = page.split("## On a lent GPU (NVIDIA H200), direct runs")
     assert "_No method has run yet._" in cpu_part  # the service's campaign has no method records
-    assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in gpu_part
+    assert (
+        "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 (0.000) | 0.25 | 0.25 | higher | 71.2 |"
+        in gpu_part
+    )
     assert "| task | trials at once | vanilla |" in gpu_part and "| rte | 6–7 | 1.0 s (1.00x) |" in gpu_part
     assert "Step cost: median training seconds per epoch (1,000 examples" in gpu_part  # the records' default
     whole = [{**r, "train_examples": 2490} for r in gpu]
     page = report.render([], [], gpu, whole)
     gpu_part, whole_part = page.split("## On a lent GPU, the full training sets")
     assert "every training example (rte 2490)" in whole_part
-    assert "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 | 0.000 | 71.2 |" in whole_part
+    assert (
+        "| smart | 3 | 58.00 ± 1.00 | +1.00 [+1.00, +1.00] | 0.000 (0.000) | 0.25 | 0.25 | higher | 71.2 |"
+        in whole_part
+    )
     assert "(2,490 examples, one GPU shared by several trials)" in whole_part
 
 

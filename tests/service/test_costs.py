@@ -87,6 +87,13 @@ def test_examples_per_epoch(tmp_path: Path) -> None:
     assert sizes.train_examples("snli", None, None, None, 1.0).rows is None
 
 
+def test_held_out_validation_rows_are_not_trained_on() -> None:
+    held = sizes.train_examples("rte", None, None, 1000, 1.0, validation_fraction=0.1)
+    assert held.rows == 900 and "less validation_fraction 0.1" in held.basis
+    assert sizes.train_examples("rte", None, None, 1000, 1.0, 0.0).rows == 1000
+    assert [sizes.held_out(n, 0.5) for n in (1, 2, 3)] == [0, 1, 2]  # at least one row held, one left
+
+
 def test_asha_expectation() -> None:
     assert asha.rungs(6, 1, 2) == [1, 2, 4]
     assert asha.pass_fraction(1, 2) == 1.0  # the first to arrive always goes on

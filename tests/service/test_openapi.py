@@ -196,6 +196,8 @@ def datasets_probed(probe: Prober, client: TestClient, db: Database, team_key: s
     limit, settings.dataset_max_bytes = settings.dataset_max_bytes, 1024
     probe(UPLOAD, "too large", team_key, {}, data={"name": "x", "task": "rte"}, **files)
     settings.dataset_max_bytes = limit
+    full = make_team(db, "full", storage_quota_bytes=0)  # no room at all: every upload is past its quota
+    probe(UPLOAD, "over the storage quota", full, {}, data={"name": "x", "task": "rte"}, **files)
 
 
 def _unreachable(tmp_path: Path) -> Database:

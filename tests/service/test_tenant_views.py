@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.api.redact import public_summary, scrub, tenant_text
+from service.api.redact import public_summary, scrub, tenant_logs, tenant_text
 from service.engine.rounds import Engine
 from service.store.db import Database
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
@@ -89,15 +89,50 @@ def test_a_failed_jobs_texts_are_cleaned_for_the_team_and_whole_for_admins(
     assert admin_listed["message"] == admin["message"]
 
 
-def test_a_team_sees_its_own_drivers_log_as_it_is(
-    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+VENV = "/opt/smartune/.venv/lib/python3.11/site-packages/ray/tune/tune.py"
+DRIVER_LOG = (
+    "Connecting to existing Ray cluster at address: 10.20.30.40:6379...\n"
+    f'  File "{VENV}", line 1035, in run\n'
+    "(TrainableWrapper pid=4242, ip=10.20.30.40) epoch 1 done, version 1.2.3.4.5\n"
+    "View detailed results here: " + SERVER_PATH + "/job-1\n"
+    + json.dumps({"job_id": "job-1", "tracking_uri": "sqlite:////srv/smartune/data/mlflow.db",
+                  "best": {"checkpoint_uri": SERVER_PATH + "/ckpt", "value": 0.5}})
+    + "\n"
+)  # fmt: skip
+
+
+def test_a_teams_logs_are_scrubbed_like_its_error_texts_and_an_admins_are_whole(
+    client: TestClient, team_key: str, admin_key: str, engine: Engine, fake_ray: FakeRay
 ) -> None:
-    """The logs endpoint is the team's own program's output: nothing to hide from its owner."""
+    """The driver's summary line names the tracking URI and checkpoint paths, Ray's lines the node's
+    address, a traceback the venv: a team's key reads them scrubbed, an admin's key as they are."""
     job_id = submit(client, team_key)["id"]
     engine.tick()
-    fake_ray.set(f"{job_id}-a1", "RUNNING", logs=f"reading {SERVER_PATH}/train.tsv\n")
-    logs = client.get(f"/api/v1/jobs/{job_id}/logs", headers=auth(team_key))
-    assert logs.text == f"reading {SERVER_PATH}/train.tsv\n"
+    fake_ray.set(f"{job_id}-a1", "RUNNING", logs=DRIVER_LOG)
+    logs = client.get(f"/api/v1/jobs/{job_id}/logs", headers=auth(team_key)).text
+    for secret in ("sqlite:", "/srv/", "/opt/", ".venv", "10.20.30.40", "mlflow.db"):
+        assert secret not in logs
+    lines = logs.splitlines()
+    assert lines[0] == "Connecting to existing Ray cluster at address: <ip>:6379..."
+    assert lines[1] == '  File "<path>", line 1035, in run'
+    assert lines[2] == "(TrainableWrapper pid=4242, ip=<ip>) epoch 1 done, version 1.2.3.4.5"
+    assert json.loads(lines[4]) == {"job_id": "job-1", "tracking_uri": "<uri>",
+                                    "best": {"checkpoint_uri": "<path>", "value": 0.5}}  # fmt: skip
+    assert logs.endswith("\n") and len(lines) == 5
+    tail = client.get(f"/api/v1/jobs/{job_id}/logs", params={"tail": 2}, headers=auth(team_key)).text
+    assert tail.splitlines() == lines[-2:]
+    assert client.get(f"/api/v1/jobs/{job_id}/logs", headers=auth(admin_key)).text == DRIVER_LOG
+
+
+def test_tenant_logs_keep_what_is_no_secret() -> None:
+    text = 'epoch 2/3 lr 1e-4 loss 0.25 at 12:03:04.5 in ./rel/dir\r\n{not json}\n{"a": [1, "/x/y"]}'
+    assert tenant_logs(text) == "epoch 2/3 lr 1e-4 loss 0.25 at 12:03:04.5 in ./rel/dir\r\n{not json}\n" + (
+        '{"a": [1, "<path>"]}'
+    )
+    assert tenant_logs("") == ""
+    assert scrub("node 192.168.1.7, not 256.1.1.1 nor v10.0.0.1") == "node <ip>, not 256.1.1.1 nor v10.0.0.1"
+    coloured = "dashboard at \x1b[1m\x1b[32mhttp://u:pw@10.0.0.5:8265 \x1b[39m\x1b[22m"  # as Ray prints it
+    assert scrub(coloured) == "dashboard at \x1b[1m\x1b[32m<uri> \x1b[39m\x1b[22m"
 
 
 def test_tenant_text_keeps_the_reason_and_drops_tails_paths_and_uris() -> None:

@@ -104,6 +104,16 @@ class RayHead:
     process: subprocess.Popen[Any]
     log: Path
     ports: dict[str, int]
+    num_cpus: int = 4
+    num_gpus: int = 2
+
+    def declared(self) -> dict[str, str]:
+        """Its one node's size as a deployment declares it to `smartune serve` (the admission of a job
+        submitted before the pool is read: service.admission)."""
+        return {
+            "SMARTUNE_LARGEST_NODE_CPUS": str(self.num_cpus),
+            "SMARTUNE_LARGEST_NODE_GPUS": str(self.num_gpus),
+        }
 
     def stop(self) -> None:
         stop_group(self.process, leader_only=True)  # `ray start --block` shuts its node down on SIGTERM
@@ -148,7 +158,7 @@ def start_ray_head(
         return httpx.get(f"{address}/api/version", headers=auth_headers(), timeout=2).status_code == 200
 
     wait_for(up, 120, "Ray head")
-    return RayHead(address, process, log, ports)
+    return RayHead(address, process, log, ports, num_cpus, num_gpus)
 
 
 def wait_for_gpus(address: str, gpus: float, timeout: float = 180) -> None:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from smart_core.config import FIELD_ROLES, METHOD_PRESETS, TUNABLE_PRESET_FIELDS, MethodConfig, fields_with
-from worker.contract.trial import KNOBS, TrainConfig, current_names
+from worker.contract.trial import KNOBS, TrainConfig, current_names, recorded_values
 
 TRAIN_FIELDS = frozenset(KNOBS) - {"method_params"}
 METHOD_FIELDS = frozenset(FIELD_ROLES) - {"method"}
@@ -179,12 +179,14 @@ def resolve(
     train: Mapping[str, Any], sampled: Mapping[str, Any] | None, axes: Iterable[str]
 ) -> ResolvedTrial:
     """A trial from its grid values and, under random search, the values sampled for it (set by
-    `make_trial`, as a grid's are). An experiment begun before `method_params` had that name still
-    resolves: `current_names` reads its `method_overrides`."""
+    `make_trial`, as a grid's are). An experiment begun before `method_params` had that name, or before
+    `sampling` existed, still resolves as it ran: `recorded_values` reads its `method_overrides` and caps
+    its rows in file order."""
+    train = recorded_values(train)
     if sampled:
         values, config = make_trial(train, sampled)
     else:
-        values = current_names(train)
+        values = train
         config = TrainConfig.from_dict(values)
     canonical = canonical_method(config.method_config())
     cell = {

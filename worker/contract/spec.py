@@ -26,6 +26,7 @@ from pydantic import (
 from smart_core.config import METHOD_PRESETS, method_config
 from worker.contract.grid import METHOD_FIELDS, expand_grid, plan_digest, with_values
 from worker.contract.multitask import Multitask, MultitaskPlan
+from worker.contract.names import DISPLAY_NAME
 from worker.contract.presets import get_preset
 from worker.contract.resources import Limits, Resources
 from worker.contract.search import Axis, Search, SearchSpace, StrictModel
@@ -68,6 +69,13 @@ def _check_sampled(name: str, axis: Axis, base: dict[str, Any]) -> None:
             raise ValueError(f"search_space.axes.{name}: {err}") from None
 
 
+def _nonempty_task(schema: dict[str, Any]) -> None:
+    """`task` in the JSON schema: a non-empty name, or a non-empty list (the document states what
+    `JobSpec._known_task` refuses, so a schema-valid spec is never refused for an empty task)."""
+    for option in schema.get("anyOf", []):
+        option["minLength" if option.get("type") == "string" else "minItems"] = 1
+
+
 def _training_model() -> type[BaseModel]:
     """The spec's `training` block: the trial fields marked `spec` in worker.contract.trial, with the
     same defaults, bounds and help."""
@@ -93,9 +101,15 @@ else:
 class JobSpec(StrictModel):
     """A fine-tuning sweep: task, data, model, method, search space, seeds, resources, limits."""
 
-    name: str | None = Field(None, max_length=200)
+    name: Annotated[str | None, DISPLAY_NAME] = Field(
+        None,
+        max_length=200,
+        description="shown as is, so no control or format character (newlines, bidirectional overrides, "
+        "zero-width characters: Unicode Cc, Cf, Cs, Zl, Zp)",
+    )
     task: str | list[str] = Field(
-        description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately, or jointly with `multitask`)"
+        description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately, or jointly with `multitask`)",
+        json_schema_extra=_nonempty_task,  # what `_known_task` enforces, with its own messages
     )
     multitask: Multitask | None = Field(
         None, description="train the listed tasks jointly (MT-DNN-SMART): shared encoder, one head per task"
@@ -200,8 +214,8 @@ class JobSpec(StrictModel):
         return self
 
     def _check_multitask(self) -> None:
-        """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, and
-        its batches run on one worker."""
+        """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, its
+        batches run on one worker, and it chooses its epochs on dev (no held-out validation split)."""
         if self.multitask is None:
             return
         if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
@@ -213,6 +227,10 @@ class JobSpec(StrictModel):
         if self.base_values()["workers"] > 1:
             raise ValueError(
                 "multitask: training.workers > 1 is not supported; a multitask trial runs on one worker"
+            )
+        if self.base_values()["validation_fraction"] > 0:
+            raise ValueError(
+                "multitask: training.validation_fraction is not supported; a multitask trial selects on dev"
             )
 
     def _check_workers(self) -> None:

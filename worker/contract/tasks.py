@@ -56,6 +56,10 @@ class TaskSpec:
     tsv_header: bool = True  # False for CoLA: its TSVs have no header line
     # canonical column -> file column: a header name, or a 0-based index when there is no header.
     tsv_columns: tuple[tuple[str, str | int], ...] = ()
+    # The TSV column naming each row's source (STS-B's and MNLI's genre, CoLA's source publication), or
+    # None: capped and held-out samples are stratified by it (worker.training.sampling), since GLUE's files
+    # are ordered by source. A file without that column is read without it.
+    tsv_stratum: str | int | None = None
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ("dev",)  # the splits model selection reports on
     # Hugging Face hub location: dataset id, config (None if the dataset has none), split mapping.
@@ -127,6 +131,7 @@ def _glue(
     tsv_columns: dict[str, str | int],
     *,
     tsv_header: bool = True,
+    tsv_stratum: str | int | None = None,
     head_dropout: float = 0.1,
     eval_splits: tuple[str, ...] = ("dev",),
     hub_splits: tuple[tuple[str, str], ...] = _GLUE_HUB_SPLITS,
@@ -143,6 +148,7 @@ def _glue(
         hub_id="nyu-mll/glue",
         hub_config=name,
         tsv_header=tsv_header,
+        tsv_stratum=tsv_stratum,
         head_dropout=head_dropout,
         eval_splits=eval_splits,
         hub_splits=hub_splits,
@@ -155,20 +161,21 @@ _NLI = ("premise", "hypothesis")
 _ACC = ("accuracy",)
 
 _TASK_LIST: tuple[TaskSpec, ...] = (
-    # CoLA TSV: no header; columns source, label, mark (author's judgement), sentence.
+    # CoLA TSV: no header; columns source (publication code, e.g. gj04), label, mark (author's judgement), sentence.
     _glue("cola", "CoLA", ("sentence",), _BINARY, ("mcc",), "mcc", {"sentence": 3, "label": 1},
-          tsv_header=False, head_dropout=0.05),
+          tsv_header=False, tsv_stratum=0, head_dropout=0.05),
     _glue("sst2", "SST-2", ("sentence",), _BINARY, _ACC, "accuracy", {"sentence": "sentence", "label": "label"}),
     # MRPC header: Quality, #1 ID, #2 ID, #1 String, #2 String (the BOM is stripped by the reader).
     # The paper's Table 3 reports MRPC F1, so F1 selects models.
     _glue("mrpc", "MRPC", _PAIR, _BINARY, ("accuracy", "f1"), "f1",
           {"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
+    # STS-B header: index, genre (main-captions, main-news, main-forum[s]), filename, year, ..., score.
     _glue("stsb", "STS-B", _PAIR, None, ("pearson", "spearman"), "pearson",
-          {"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}),
+          {"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}, tsv_stratum="genre"),
     _glue("qqp", "QQP", ("question1", "question2"), _BINARY, ("accuracy", "f1"), "accuracy",
           {"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
     _glue("mnli", "MNLI", _NLI, _NLI3, _ACC, "accuracy",
-          {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
+          {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"}, tsv_stratum="genre",
           eval_splits=("dev_matched", "dev_mismatched"), hub_splits=_MNLI_HUB_SPLITS, head_dropout=0.3),
     _glue("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"), _ACC, "accuracy",
           {"question": "question", "sentence": "sentence", "label": "label"}),

@@ -21,6 +21,10 @@ OptimizerName = Literal["adam", "adamw", "radam"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 PrecisionName = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+# How `max_train_samples` / `max_eval_samples` pick rows: a seeded sample stratified by label and source
+# genre (worker.training.sampling), or the first N in file order (what every capped run did before).
+SamplingName = Literal["random", "head"]
+SAMPLINGS: tuple[str, ...] = get_args(SamplingName)
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,24 @@ class TrainConfig:
         10, ge=1, spec=True, help="non-finite steps in a row (each skipped) that end the trial as `numerics`"
     )
     max_seq_length: int = knob(512, ge=8, le=8192, spec=True, help="word pieces per example (the paper: 512)")
-    max_train_samples: int | None = knob(None, ge=1, spec=True, help="the first N training examples")
-    max_eval_samples: int | None = knob(None, ge=1, spec=True, help="the first N examples of each eval split")
+    max_train_samples: int | None = knob(None, ge=1, spec=True, help="N training examples (see sampling)")
+    max_eval_samples: int | None = knob(
+        None, ge=1, spec=True, help="N examples of each eval split (see sampling)"
+    )
+    sampling: SamplingName = knob(
+        "random", spec=True, help="how max_train_samples and max_eval_samples pick rows: random (seeded by "
+        "fraction_seed, stratified by label and by the file's source genre) or head (the first N in file order)"
+    )  # fmt: skip
     train_fraction: float = knob(1.0, gt=0, le=1, help="share of the training set: 0.001 / 0.01 / 0.1 / 1")
     fraction_seed: int = knob(
-        13, spec=True, help="sampling seed of the training fraction, fixed across trials"
-    )
+        13, spec=True, help="seed of which rows are used (sampling, train_fraction, validation_fraction), "
+        "fixed across trials: every method and seed sees the same rows"
+    )  # fmt: skip
+    validation_fraction: float = knob(
+        0.0, ge=0, lt=1, spec=True, sweep=False, help="share of the training rows held out (seeded by "
+        "fraction_seed, stratified) to choose the best epoch and trial on; dev is then only reported, at the "
+        "chosen epoch. 0: choose on dev"
+    )  # fmt: skip
     seed: int = knob(1, help="the trial's seed (weights of the head, batches, dropout, noise)")
     columns: dict[str, str] | None = knob(
         None, sweep=False, help='custom table columns as JSON, e.g. {"sentence1": "premise"}'
@@ -194,6 +210,18 @@ def current_names(values: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{old} and {new} are one field (now {new}): give it once")
             out[new] = out.pop(old)
     return out
+
+
+# Fields added after records were written -> the value that reproduces those records. A trial's whole
+# values read back from a record (Tune's experiment state, `smartune.prov.config`) without one were made
+# before it existed: a capped run then read the first rows in file order. Only for whole records: a
+# partial set of values (`smartune train`'s flags) takes the declared defaults.
+ADDED = {"sampling": "head"}
+
+
+def recorded_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded trial's values under today's names, with the fields added since it was written (ADDED)."""
+    return {**ADDED, **current_names(values)}
 
 
 KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(TrainConfig)}

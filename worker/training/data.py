@@ -18,7 +18,6 @@ smuggled in, so no message quotes what a file holds. Every file is opened throug
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from worker.contract.tasks import LABEL_COLUMN, TaskSpec
 from worker.training.datasets import dataset_folder
 from worker.training.field_values import parse_label, parse_text
 from worker.training.files import DataError, Where, confine, open_data
+from worker.training.json_rows import parse_row
 
 __all__ = ["DataError", "Example", "Where", "load_examples", "load_glue_split", "load_hub", "load_table"]
 
@@ -41,10 +41,15 @@ Records = Iterable[tuple[int, Callable[[str], Any]]]  # (1-based row, canonical 
 
 @dataclass(frozen=True, slots=True)
 class Example:
-    """One labelled example: 1 or 2 texts and a class id (int) or a regression target (float)."""
+    """One labelled example: 1 or 2 texts and a class id (int) or a regression target (float), and the
+    source its file names for it (``TaskSpec.tsv_stratum``: STS-B's genre, CoLA's publication), else None."""
 
     texts: tuple[str, ...]
     label: int | float
+    stratum: str | None = None
+
+
+_STRATUM = "stratum"  # the key under which a getter reads a row's source (not a canonical column)
 
 
 def _utf8_error(file: Where, error: UnicodeDecodeError) -> DataError:
@@ -62,9 +67,12 @@ def _utf8_error(file: Where, error: UnicodeDecodeError) -> DataError:
     return DataError(f"not UTF-8 text ({error.reason})", file=file, row=row)
 
 
-def _collect(task: TaskSpec, records: Records, names: Mapping[str, str], file: Where) -> list[Example]:
+def _collect(
+    task: TaskSpec, records: Records, names: Mapping[str, str], file: Where, stratum: bool = False
+) -> list[Example]:
     """Examples from ``(row, getter)`` pairs, where ``get(canonical)`` reads a raw field and
-    ``names[canonical]`` is how errors name its column. Rows without a gold label are dropped."""
+    ``names[canonical]`` is how errors name its column; with ``stratum``, ``get("stratum")`` reads the
+    row's source. Rows without a gold label are dropped."""
     examples: list[Example] = []
     dropped = 0
     try:
@@ -74,7 +82,7 @@ def _collect(task: TaskSpec, records: Records, names: Mapping[str, str], file: W
             if label is None:
                 dropped += 1
             else:
-                examples.append(Example(texts, label))
+                examples.append(Example(texts, label, str(get(_STRATUM)).strip() if stratum else None))
     except UnicodeDecodeError as e:  # `from None`: the decoder's own message quotes the bad bytes
         raise _utf8_error(file, e) from None
     if not examples:
@@ -107,10 +115,16 @@ def _delimited_records(
 
 
 def _read_delimited(
-    path: Path, task: TaskSpec, columns: Mapping[str, str | int], header: bool, **fmt: Any
+    path: Path,
+    task: TaskSpec,
+    columns: Mapping[str, str | int],
+    header: bool,
+    stratum: str | int | None = None,
+    **fmt: Any,
 ) -> list[Example]:
     """Read a CSV/TSV file (``fmt``: csv.reader options); ``columns`` maps canonical names to header
-    names, or to 0-based indices when the file has no header."""
+    names, or to 0-based indices when the file has no header; ``stratum`` names the column of each row's
+    source, read when the file has it (a header without it: no stratum)."""
     try:
         # utf-8-sig drops the BOM that starts MRPC's header; newline="" lets csv handle line ends.
         with open_data(path, encoding="utf-8-sig", newline="") as f:
@@ -126,10 +140,15 @@ def _read_delimited(
                                         "columns has that name", file=path, row=1, column=repr(column))  # fmt: skip
                 index = {c: position[str(k)] for c, k in columns.items()}
                 names = {c: repr(k) for c, k in columns.items()}
+                if stratum is not None and str(stratum) in position:
+                    index[_STRATUM], names[_STRATUM] = position[str(stratum)], repr(stratum)
             else:  # errors name the 1-based field number
                 index = {c: int(k) for c, k in columns.items()}
                 names = {c: f"{int(k) + 1} ({c})" for c, k in columns.items()}
-            return _collect(task, _delimited_records(reader, index, names, path), names, path)
+                if stratum is not None:
+                    index[_STRATUM], names[_STRATUM] = int(stratum), f"{int(stratum) + 1} ({_STRATUM})"
+            records = _delimited_records(reader, index, names, path)
+            return _collect(task, records, names, path, stratum=_STRATUM in index)
     except UnicodeDecodeError as e:  # in the header line
         raise _utf8_error(path, e) from None
 
@@ -139,10 +158,7 @@ def _jsonl_records(f: IO[str], columns: Mapping[str, str], path: Path) -> Record
     for row, line in enumerate(f, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"invalid JSON: {e.msg} at column {e.colno}", file=path, row=row) from None
+        record = parse_row(line, path, row)  # bounded: length, nesting and digits before json.loads
         if not isinstance(record, dict):
             raise DataError("expected a JSON object", file=path, row=row)
         for canonical, key in columns.items():
@@ -168,7 +184,7 @@ def load_glue_split(task: TaskSpec, glue_dir: Path, split: str) -> list[Example]
     path = confine(Path(glue_dir) / task.glue_dir / f"{split}.tsv")
     if not path.is_file():
         raise DataError(f"file not found (split {split!r} of task {task.name!r})", file=path)
-    return _read_delimited(path, task, dict(task.tsv_columns), task.tsv_header, **_TSV)
+    return _read_delimited(path, task, dict(task.tsv_columns), task.tsv_header, task.tsv_stratum, **_TSV)
 
 
 def load_table(path: Path, task: TaskSpec, columns: Mapping[str, str] | None = None) -> list[Example]:

@@ -33,16 +33,17 @@ def parse_text(value: Any, file: Where, row: int, column: str) -> str:
 def parse_label(task: TaskSpec, value: Any, file: Where, row: int, column: str) -> int | float | None:
     """The label id (classification) or score (regression); None marks a row to drop (no gold label)."""
     if task.labels is None:
-        try:  # a string from a file, or a JSON/hub number (bool is no score)
+        try:  # a string from a file, or a JSON/hub number (bool is no score; an int past 1e308 overflows)
             score = math.nan if isinstance(value, bool) else float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             score = math.nan
         if not math.isfinite(score):
             raise DataError("cannot parse the regression score: expected a finite number",
                             file=file, row=row, column=column)  # fmt: skip
         return score
     # JSON and the hub give integers; files give strings. Compare as text first ("0"/"1" labels).
-    is_int = isinstance(value, int) and not isinstance(value, bool)
+    # An integer label is a short one: str() of one past 4300 digits raises ValueError (CPython's limit).
+    is_int = isinstance(value, int) and not isinstance(value, bool) and value.bit_length() <= 64
     text = str(value).strip() if isinstance(value, str) or is_int else None
     if text is not None and text in task.skip_labels:
         return None

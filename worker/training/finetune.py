@@ -2,7 +2,8 @@
 
 The edge of the loop: it builds the session, runs epochs, evaluates after each, keeps the best
 checkpoint (safetensors + tokenizer + config) and writes `metrics.json`. Reporting to a terminal,
-Ray Tune or MLflow goes through `RunCallbacks`.
+Ray Tune or MLflow goes through `RunCallbacks`. The best epoch is chosen on the held-out validation rows
+when the run has them (`validation_fraction`), else on dev (`selection_value`); dev is reported either way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from worker.contract.tasks import TaskSpec
 from worker.contract.trial import TrainConfig
-from worker.training.loop import StepCallback, evaluate, train_epoch
+from worker.training.loop import StepCallback, evaluate, evaluate_validation, train_epoch
 from worker.training.models import describe_model, model_digest, set_label_names
 from worker.training.parallel import data_parallel
 from worker.training.provenance import dataset_provenance, environment
@@ -49,6 +50,17 @@ def save_model(model: Any, task: TaskSpec, tokenizer: Any, directory: Path) -> P
 def better(task_main: str, value: float, best: float | None) -> bool:
     del task_main  # every GLUE metric is "higher is better"
     return best is None or value > best
+
+
+def selection_value(record: Mapping[str, Any], main: str) -> float:
+    """What chooses the best epoch: the main metric on the held-out validation rows when the epoch has
+    them (`record["validation"]`), else on dev (`record["metrics"]`)."""
+    return float((record.get("validation") or record["metrics"])[main])
+
+
+def best_record(records: list[dict[str, Any]], main: str) -> dict[str, Any] | None:
+    """The chosen epoch of `records` (the first of equals), or None before the first."""
+    return max(records, key=lambda r: selection_value(r, main)) if records else None
 
 
 def run_training(
@@ -84,7 +96,7 @@ def _train(
     initial_digest = model_digest(session.model) if session.position.global_step == 0 else None
     main = session.task.main_metric
     epochs: list[dict[str, Any]] = list(history or [])
-    best = max(epochs, key=lambda r: r["metrics"][main]) if epochs else None
+    best = best_record(epochs, main)
     train_seconds = sum(r["train_seconds"] for r in epochs)
     while session.position.epoch < config.epochs:
         epoch = session.position.epoch
@@ -101,8 +113,11 @@ def _train(
             "train_seconds": seconds,
             "examples_per_s": len(session.train) / seconds if seconds > 0 else 0.0,
         }
+        validation = evaluate_validation(session)
+        if validation is not None:
+            record["validation"] = validation
         epochs.append(record)
-        is_best = best is None or better(main, metrics[main], best["metrics"][main])
+        is_best = best is None or better(main, selection_value(record, main), selection_value(best, main))
         if is_best:
             best = record
             if output_dir is not None:
@@ -113,13 +128,16 @@ def _train(
     result = {
         "task": config.task,
         "main_metric": main,
-        "best": best["metrics"],
+        "best": best["metrics"],  # dev, at the chosen epoch
         "best_epoch": best["epoch"],
+        "selected_on": "validation" if "validation" in best else "dev",
+        **({"best_validation": best["validation"]} if "validation" in best else {}),
         "epochs": epochs,
         "examples_per_s": len(session.train) * len(epochs) / train_seconds if train_seconds > 0 else 0.0,
         "wall_seconds": time.perf_counter() - started,
         "train_examples": len(session.train),
         "eval_examples": {split: len(data) for split, data in session.evals.items()},
+        "validation_examples": len(session.validation) if session.validation is not None else 0,
         "nonfinite_skips": session.objective.nonfinite_skips,
         "config": config.to_dict(),
         "provenance": {
@@ -129,6 +147,7 @@ def _train(
             "model_source": describe_model(config.model),
             "initial_model_sha256": initial_digest,
             **dataset_provenance(config.data),
+            **session.rows,  # which rows: train_rows_sha256 (and validation_rows_sha256)
         },
     }
     if output_dir is not None:
@@ -140,9 +159,12 @@ def _train(
 
 
 def summarize(result: Mapping[str, Any]) -> str:
-    """One line for a terminal: the best epoch's main metric and the throughput."""
+    """One line for a terminal: the chosen epoch's dev main metric (and what chose it) and the throughput."""
     main = result["main_metric"]
+    chosen = (
+        f", chosen on validation {result['best_validation'][main]:.4f}" if "best_validation" in result else ""
+    )
     return (
-        f"{result['task']}: best {main} = {result['best'][main]:.4f} at epoch {result['best_epoch']} "
+        f"{result['task']}: best {main} = {result['best'][main]:.4f} at epoch {result['best_epoch']}{chosen} "
         f"({result['examples_per_s']:.1f} examples/s)"
     )

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from smart_core import ModelFns
-from worker.training.batching import collate
+from worker.training.batching import EncodedDataset, collate
 from worker.training.metrics import compute_metrics
 from worker.training.ranks import (
     all_reduce_gradients,
@@ -188,13 +188,19 @@ def train_epoch(session: TrainingSession, on_step: StepCallback | None = None) -
     return means
 
 
-@torch.no_grad()
 def predict(session: TrainingSession, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(predictions, labels) on an eval split: class ids, or floats for regression."""
+    return _predict(session, session.evals[split], session.eval_batches(split))
+
+
+@torch.no_grad()
+def _predict(
+    session: TrainingSession, data: EncodedDataset, batches: list[list[int]]
+) -> tuple[np.ndarray, np.ndarray]:
     session.model.eval()
     outputs, labels = [], []
-    for indices in session.eval_batches(split):
-        batch = _to_device(collate(session.evals[split], indices, session.pad_id), session.device)
+    for indices in batches:
+        batch = _to_device(collate(data, indices, session.pad_id), session.device)
         labels.append(batch.pop("labels").cpu())
         with _autocast(session):
             out = session.adapter.forward(batch).float()
@@ -214,3 +220,11 @@ def evaluate(session: TrainingSession) -> dict[str, float]:
             for name, value in compute_metrics(session.task, predictions, labels).items()
         }
     return metrics
+
+
+def evaluate_validation(session: TrainingSession) -> dict[str, float] | None:
+    """The task's metrics on the held-out training rows (`validation_fraction`), or None without them."""
+    if session.validation is None:
+        return None
+    predictions, labels = _predict(session, session.validation, session.batches_of(session.validation))
+    return compute_metrics(session.task, predictions, labels)

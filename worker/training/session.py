@@ -150,8 +150,13 @@ class TrainingSession:
         tokenizer: Any,
         device: torch.device,
         ranks: Ranks = SINGLE,
+        validation: EncodedDataset | None = None,
+        rows: dict[str, str] | None = None,
     ) -> None:
         self.config, self.task, self.train, self.evals = config, task, train, evals
+        # Held-out training rows that choose the best epoch (validation_fraction); None: dev chooses.
+        self.validation = validation
+        self.rows = dict(rows or {})  # digests of the rows used (PreparedData.rows), for the provenance
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.ranks = ranks  # data-parallel place (worker.training.ranks); SINGLE: one process
         self.synchronized = not ranks.parallel  # whether the ranks started from rank 0's weights
@@ -199,7 +204,9 @@ class TrainingSession:
         model.to(device)
         if config.compile:
             compile_encoder(model)
-        return cls(config, task, data.train, data.evals, model, tokenizer, device, ranks)
+        return cls(
+            config, task, data.train, data.evals, model, tokenizer, device, ranks, data.validation, data.rows
+        )
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """The batches (lists of example indices) of `epoch`, the same on every call."""
@@ -211,6 +218,10 @@ class TrainingSession:
 
     def eval_batches(self, split: str) -> list[list[int]]:
         return sequential_batches(len(self.evals[split]), max(self.config.batch_size, 64))
+
+    def batches_of(self, data: EncodedDataset) -> list[list[int]]:
+        """Evaluation batches of any encoded set (the validation rows), in order."""
+        return sequential_batches(len(data), max(self.config.batch_size, 64))
 
     def state_dict(self) -> dict[str, Any]:
         reference = self.objective.reference

@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 
 from worker.contract.tags import JOB, KIND, PARENT, PROVENANCE_PREFIX
 from worker.contract.tasks import get_task
-from worker.contract.trial import TrainConfig
+from worker.contract.trial import TrainConfig, recorded_values
 from worker.training.files import DataError
 from worker.training.finetune import RunCallbacks, run_training
 from worker.training.models import model_digest, source_digest
@@ -74,7 +74,7 @@ def recorded_trial(client: MlflowClient, run_id: str) -> RecordedTrial:
         raise AuditError(
             f"run {run_id} records no config (smartune.prov.config): not a trial run, or recorded before audits"
         )
-    config = TrainConfig.from_dict(json.loads(provenance["config"]))
+    config = TrainConfig.from_dict(recorded_values(json.loads(provenance["config"])))  # as it ran
     keys = [k for k in run.data.metrics if k.startswith(("score", "best_score", "train_", "eval_"))]
     history: dict[int, dict[str, float]] = {}
     for key in keys:
@@ -193,13 +193,14 @@ def audit_trial(trial: RecordedTrial, tolerance: float | None = None) -> dict[st
         now = environment(session.device, config.deterministic)
         now |= {"seed": config.seed, "initial_model_sha256": model_digest(session.model)}
         now |= dataset_provenance(config.data)
+        now |= {k: v for k, v in session.rows.items() if k in trial.provenance}  # rows, where recorded
         drift = provenance_drift(trial.provenance, now)
-        best = float("nan")
+        best: dict[str, Any] | None = None  # the epoch chosen so far
 
         def on_epoch_end(session: TrainingSession, record: dict[str, Any], is_best: bool) -> None:
             nonlocal best
-            best = record["metrics"][session.task.main_metric] if is_best else best
-            rerun[record["epoch"]] = epoch_metrics(record, session.task.main_metric, best)
+            chosen = best = record if is_best or best is None else best
+            rerun[record["epoch"]] = epoch_metrics(record, session.task.main_metric, chosen)
             if record["epoch"] >= trial.epochs:
                 raise _Stop
 

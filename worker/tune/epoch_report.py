@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from ray import tune
 
+from worker.training.finetune import selection_value
 from worker.tune.checkpoints import write_state, writing
 
 PEAK_METRIC = "gpu_memory_peak_mb"  # torch.cuda.max_memory_allocated since the trial started, MiB
@@ -30,19 +31,26 @@ def gpu_peak() -> dict[str, float]:
     return {PEAK_METRIC: torch.cuda.max_memory_allocated() / 2**20}
 
 
-def epoch_metrics(record: Mapping[str, Any], main: str, best: float) -> dict[str, float]:
-    """One epoch as flat floats: `score` (the main dev metric, what Tune optimises), `eval_*` dev metrics,
-    `train_*` means of the objective's components (R_s, D_Breg, perturbation sizes, ...)."""
+def epoch_metrics(record: Mapping[str, Any], main: str, best: Mapping[str, Any]) -> dict[str, float]:
+    """One epoch as flat floats, `best` being the epoch chosen so far (this one or an earlier record):
+    `score` (the main metric that chooses: Tune optimises it, ASHA stops by it) and `best_score` (its best so
+    far), `eval_*` dev metrics, `train_*` means of the objective's components (R_s, D_Breg, perturbation
+    sizes, ...). `score` is the dev main metric unless the run holds out validation rows
+    (`validation_fraction`): then it is theirs, their metrics are `val_*`, and `dev_score_at_best` is the
+    dev main metric at the chosen epoch, the number to report."""
     out = {
         "epoch": float(record["epoch"]),
-        "score": float(record["metrics"][main]),
-        "best_score": float(best),
+        "score": selection_value(record, main),
+        "best_score": selection_value(best, main),
         "train_loss": float(record["train_loss"]),
         "train_seconds": float(record["train_seconds"]),
         "examples_per_s": float(record["examples_per_s"]),
     }
     out |= {f"eval_{k}": float(v) for k, v in record["metrics"].items()}
     out |= {f"train_{k}": float(v) for k, v in record["components"].items() if k != "loss"}
+    if "validation" in record:
+        out |= {f"val_{k}": float(v) for k, v in record["validation"].items()}
+        out["dev_score_at_best"] = float(best["metrics"][main])
     return out
 
 

@@ -41,6 +41,8 @@ def provenance_tags(session: TrainingSession, config: TrainConfig, initial_diges
         f"{PROVENANCE_PREFIX}data_files": json.dumps([str(p) for p in files]),
         f"{PROVENANCE_PREFIX}data_sha256": files_digest(files) if files else "n/a (hub dataset)",
         **{f"{PROVENANCE_PREFIX}{k}": v for k, v in dataset_provenance(config.data).items()},
+        # which rows of the split: SHA-256 of their sorted positions (worker.training.sampling.rows_sha256)
+        **{f"{PROVENANCE_PREFIX}{k}": v for k, v in session.rows.items()},
         f"{PROVENANCE_PREFIX}initial_model_sha256": initial_digest,
         f"{PROVENANCE_PREFIX}model_source_sha256": source_digest(config.model),
         f"{PROVENANCE_PREFIX}model_source": json.dumps(describe_model(config.model), default=str),

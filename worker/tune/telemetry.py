@@ -2,9 +2,9 @@
 
 - **The training data** as an MLflow dataset input (context `training`) named `<task>-<split>`
   (`rte-train`). Its digest identifies the examples the trial trained on: the task, the split and every
-  example's texts and label after `max_train_samples` and `train_fraction` (the training session's own
-  selection, `train_examples`), so two runs with the same digest trained on the same rows, and a changed
-  file, cap or fraction changes it. MLflow keeps at most 36 characters of a digest: it is the first 32
+  example's texts and label after `max_train_samples`, `train_fraction` and the held-out
+  `validation_fraction` (the training session's own selection, `train_examples`), so two runs with the
+  same digest trained on the same rows, and a changed file, cap, sampling or fraction changes it. MLflow keeps at most 36 characters of a digest: it is the first 32
   hex digits of that SHA-256 (the whole one is the input's tag `smartune.sha256`). Its source is the
   split's file (or the hub dataset); its schema the text columns and `label` (label names for
   classification); its profile counts the rows. A restarted trial finds the input on its run and does not

@@ -44,7 +44,7 @@ from worker.contract.tags import (
     MODEL_URI,
 )
 from worker.contract.trial import TrainConfig
-from worker.training.finetune import RunCallbacks, run_training, save_checkpoint
+from worker.training.finetune import RunCallbacks, best_record, run_training, save_checkpoint
 from worker.training.models import model_digest
 from worker.training.parallel import data_parallel
 from worker.training.prepared import PreparedData, data_key
@@ -138,8 +138,8 @@ def _run_rank0(
         history = list(restored.state["history"])
     epochs_before = len(history)
     main = session.task.main_metric
-    best = max((r["metrics"][main] for r in history), default=float("nan"))
-    if restored.substituted and history:
+    best = best_record(history, main)  # the epoch chosen so far (on validation rows, else on dev)
+    if restored.substituted and best is not None:
         # Tune's view of this trial is older than the state it resumes from: report the last epoch
         # again, so its results, scheduler and next checkpoint agree with the training (even when the
         # state is the last epoch's and nothing is left to train).
@@ -148,8 +148,8 @@ def _run_rank0(
     def on_epoch_end(session: TrainingSession, record: dict[str, Any], is_best: bool) -> None:
         nonlocal best
         history.append(record)
-        best = record["metrics"][main] if is_best else best
-        metrics = epoch_metrics(record, main, best) | gpu_peak()
+        chosen = best = record if is_best or best is None else best
+        metrics = epoch_metrics(record, main, chosen) | gpu_peak()
         # Metrics before the checkpoint: a kill in between re-logs the same values after the exact resume.
         log_metrics(client, run_id, metrics, step=record["epoch"])
         if is_best:

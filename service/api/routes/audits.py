@@ -7,6 +7,7 @@ state, `GET /jobs/{audit id}/results` its report once it has SUCCEEDED.
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
 
 from service import audits
 from service.api.deps import CurrentKey, EngineDep, SessionDep, SettingsDep, WriterDep, WriteSessionDep
@@ -31,7 +32,8 @@ router = APIRouter(prefix="/jobs", tags=["audits"])
         422,
         notes={
             **NOT_FOUND,
-            409: "the job has not SUCCEEDED, is an audit itself, has no finished trial, or has 50 audits",
+            409: "the job has not SUCCEEDED, is an audit itself, has no finished trial or has 50 audits; or "
+            "re-running the trials exceeds what is left of the team's budget (`budget`) or its quotas",
             422: "an unknown trial id, or one that finished no epoch (the field names it)",
             429: "the key's rate limit (with Retry-After), or the team's queue is full",
         },
@@ -48,12 +50,14 @@ async def create_audit(
 ) -> JobPublic:
     """Queue an audit (no body: of the best trial): re-run the chosen trials from what their MLflow runs
     recorded and compare every per-epoch metric, exactly on CPU. The audit is a job of kind `audit`:
-    it waits for the team's quota and the pool like any job, and its report is its results."""
+    it is admitted as a submission is (budget, quotas, queue, priority), waits for the team's quota and the
+    pool like any job, and its report is its results."""
+    capacity = await run_in_threadpool(engine.known_capacity)
 
     def submit() -> JobPublic:
         job = caller_job(session, key, job_id, for_update=True)
         audit = audits.submit_audit(
-            session=session, settings=settings, job=job, request=request or AuditRequest()
+            session=session, settings=settings, job=job, request=request or AuditRequest(), capacity=capacity
         )
         return job_public(audit, settings, admin=key.is_admin)
 

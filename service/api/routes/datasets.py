@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import (
     AdminKey,
@@ -31,6 +32,9 @@ from service.datasets.schemas import (
     DatasetVersions,
 )
 from service.errors import ApiError
+from service.storage import uploads
+from worker.contract.sources import DATASET_NAME
+from worker.contract.tasks import TASKS
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 
@@ -41,6 +45,8 @@ TeamQuery = Annotated[
 ]
 NOT_FOUND = {404: "no such dataset (or version) among those the caller may read"}
 AMBIGUOUS = {409: "several teams have a dataset by that name the caller may read: name one with ?team="}
+# What `service.datasets.validate.fields` accepts as a name: DATASET_NAME, after trimming whitespace.
+UPLOAD_NAME = rf"^\s*{DATASET_NAME.pattern.removeprefix('^').removesuffix('$')}\s*$"
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -50,9 +56,21 @@ UPLOAD_BODY = {
                     "type": "object",
                     "required": ["name", "task", "files"],
                     "properties": {
-                        "name": {"type": "string", "description": "the dataset's name in the team"},
-                        "task": {"type": "string", "description": "the task it is data of (rte, sst2, ...)"},
-                        "description": {"type": "string"},
+                        "name": {
+                            "type": "string",
+                            "minLength": 1,
+                            "pattern": UPLOAD_NAME,
+                            "not": {"pattern": r"^\s*sha256\s*$"},
+                            "description": "the dataset's name in the team: 1-100 letters, digits, '.', '_' or "
+                            "'-', starting with a letter or digit, not 'sha256' (spaces around it are trimmed)",
+                        },
+                        "task": {
+                            "type": "string",
+                            "minLength": 1,
+                            "pattern": r"\S",
+                            "description": f"the task it is data of, case-insensitive: one of {', '.join(sorted(TASKS))}",
+                        },
+                        "description": {"type": "string", "description": "at most 2000 characters, trimmed"},
                         "files": {
                             "type": "array",
                             "items": {"type": "string", "format": "binary"},
@@ -77,11 +95,14 @@ UPLOAD_BODY = {
             400,
             *KEYED,
             403,
+            409,
             413,
             415,
             422,
             notes={
                 403: "the key belongs to no team (admin keys cannot upload)",
+                409: "the upload would take the team past its storage quota (`storage`: used, quota and each "
+                "kind in bytes, `upload_bytes`)",
                 413: "the upload exceeds SMARTUNE_DATASET_MAX_BYTES (`limit_bytes`)",
                 422: "a field is missing or wrong, a file is no split of the task, or a row cannot be read "
                 "(`file`, `line`, `column` name it)",
@@ -91,17 +112,18 @@ UPLOAD_BODY = {
 )
 async def create_dataset(
     request: Request, response: Response, session: WriteSessionDep, key: TeamKey, settings: SettingsDep,
-    writer: WriterDep,
+    writer: WriterDep, read_session: SessionDep,
 ) -> DatasetCreated:  # fmt: skip
     """Upload a dataset (multipart: name, task, optional description, one file per split). Every row is read
-    as training reads it; the files are stored under their SHA-256. Same name, other content: version n+1."""
+    as training reads it; the files are stored under their SHA-256. Same name, other content: version n+1.
+    Refused (409) when it would take the team past its storage quota."""
     headers = request.headers
-    item = await ops.take(
-        request.stream(), headers.get("content-type"), headers.get("content-length"), settings
-    )
-    created = await writer.run(
-        session, lambda: ops.record(session=session, team_id=key.team_id or 0, key_id=key.key_id, item=item)
-    )
+    team_id = key.team_id or 0
+    declared = headers.get("content-length")
+    await run_in_threadpool(uploads.check_room, read_session, settings, team_id, declared)
+    item = await ops.take(request.stream(), headers.get("content-type"), declared, settings)
+    created = await writer.run(session, lambda: uploads.record(
+        session=session, settings=settings, team_id=team_id, key_id=key.key_id, item=item))  # fmt: skip
     response.status_code = 201 if created.created else 200
     return created
 

@@ -28,7 +28,7 @@ from service.api.deps import (
     WriteSessionDep,
 )
 from service.api.examples import SPEC_EXAMPLES
-from service.api.redact import public_audit, public_summary
+from service.api.redact import public_audit, public_summary, tenant_logs
 from service.api.responses import KEYED, errors
 from service.api.spec_body import read_spec
 from service.api.views import job_detail, job_public
@@ -90,6 +90,8 @@ def caller_job(session: SessionDep, key: Principal, job_id: str, *, for_update: 
                 409: "Idempotency-Key reused with a different spec, or the estimate exceeds what is left of "
                 "the team's device-hour budget (`budget`: estimate, used, reserved, budget, left)",
                 429: "the key's rate limit (with Retry-After), or the team's queue is full",
+                503: "the database is unreachable, or the pool has not been read from Ray yet and a trial is "
+                "larger than the largest node the deployment declares; wait `Retry-After` seconds",
             },
         ),
     },
@@ -118,7 +120,7 @@ async def create_job(
         lambda: read_spec(raw, request.headers.get("content-type"), max_cells=settings.max_cells),
         limiter=request.app.state.spec_limiter,
     )
-    capacity = engine.capacity
+    capacity = await run_in_threadpool(engine.known_capacity)  # read now if never read: a Ray call
     if dry_run:
         response.status_code = 200
         return await run_in_threadpool(_estimate, read_session, key, settings, spec, capacity)
@@ -209,7 +211,10 @@ async def cancel_job(
     return cancelled
 
 
-RETRY_CONFLICT = "the job is not FAILED, or the rest of its estimate exceeds the team's budget"
+RETRY_CONFLICT = (
+    "the job is not FAILED, the rest of its estimate exceeds the team's budget, or its trials exceed the "
+    "team's quotas as they are now (`field` names the spec's field)"
+)
 
 
 @router.post(
@@ -226,12 +231,16 @@ async def retry_job(
     writer: WriterDep,
 ) -> JobPublic:
     """Queue a FAILED job again: its next attempt restores the job's Tune experiment, so finished trials keep
-    their results and the others resume from their last checkpoint (the transitions say who retried it)."""
+    their results and the others resume from their last checkpoint (the transitions say who retried it).
+    It is admitted as a submission is; a priority above the team's maximum now is lowered to it."""
+    capacity = await run_in_threadpool(engine.known_capacity)
 
     def retry() -> JobPublic:
         job = caller_job(session, key, job_id, for_update=True)
-        return job_public(job_ops.retry_job(session=session, settings=settings, job=job, by=key.key_id),
-                          settings, admin=key.is_admin)  # fmt: skip
+        retried = job_ops.retry_job(
+            session=session, settings=settings, job=job, by=key.key_id, capacity=capacity
+        )
+        return job_public(retried, settings, admin=key.is_admin)
 
     retried = await writer.run(session, retry)
     engine.wake()
@@ -259,8 +268,9 @@ def read_job_logs(
     attempt: Annotated[int | None, Query(ge=1, le=10**6, description="default: the latest")] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="only the last N lines")] = None,
 ) -> PlainTextResponse:
-    """The sweep driver's output, from Ray (empty until the job is dispatched). It is the team's own
-    program's output, so it is shown as it is."""
+    """The sweep driver's output, from Ray (empty until the job is dispatched). A team's key reads it with
+    the server's insides scrubbed as in error texts (URIs such as the tracking store's, absolute paths,
+    node addresses); an admin reads it as it is."""
     job = caller_job(session, key, job_id)
     number = attempt or job.attempt
     if number == 0:
@@ -275,7 +285,8 @@ def read_job_logs(
         raise ApiError(503, "Ray could not give the logs now; try again later") from err
     if text is None:
         raise ApiError(404, f"Ray no longer holds the logs of {job_id}-a{number}")
-    return PlainTextResponse("\n".join(text.splitlines()[-tail:]) if tail else text)
+    text = "\n".join(text.splitlines()[-tail:]) if tail else text
+    return PlainTextResponse(text if key.is_admin else tenant_logs(text))
 
 
 @router.get(

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
+from sqlalchemy import select
 
 from service.api.deps import CurrentKey, EngineDep, Principal, SessionDep, SettingsDep
 from service.api.responses import KEYED, errors
 from service.engine import pool
 from service.engine.scheduler import TeamState
 from service.schemas import PoolPublic, QueueEntry, ResourcesPublic, TeamUsage
+from service.storage import usage
+from service.store.models import Team
 
 router = APIRouter(prefix="/pool", tags=["pool"])
 
@@ -61,14 +64,17 @@ def _load(session: SessionDep, engine: EngineDep, settings: SettingsDep) -> pool
 
 @router.get("", response_model=PoolView, responses=errors(*KEYED))
 def read_pool(session: SessionDep, key: CurrentKey, engine: EngineDep, settings: SettingsDep) -> PoolView:
-    """The pool's capacity (from the Ray cluster), what is reserved and free, and the teams' usage: every
-    team for an admin, the caller's own team and the others' totals for a team's key."""
+    """The pool's capacity (from the Ray cluster), what is reserved and free, and the teams' usage (GPUs,
+    CPUs, jobs, and disk against the storage quota): every team for an admin, the caller's own team and the
+    others' totals for a team's key."""
     state = _load(session, engine, settings)
     capacity = engine.capacity
     mine: list[TeamState] = []
     others: list[TeamState] = []
     for t in sorted(state.teams.values(), key=lambda t: t.name):
         (mine if _sees(key, t.id) else others).append(t)
+    rows = session.scalars(select(Team).where(Team.id.in_([t.id for t in mine]))).all()
+    disk = usage.usages(session, settings, rows)  # what each team keeps, against its storage quota
     teams = [
         TeamUsage(
             team=t.name,
@@ -81,6 +87,7 @@ def read_pool(session: SessionDep, key: CurrentKey, engine: EngineDep, settings:
             jobs_queued=state.jobs_queued.get(t.id, 0),
             weight=t.weight,
             share=t.share()[0],
+            storage=disk[t.id].public() if t.id in disk else None,
         )
         for t in mine
     ]

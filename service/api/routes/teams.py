@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from service.api.bodies import ApiKeyCreate, TeamCreate, TeamUpdate
-from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, WriteSessionDep
+from service.api.deps import AdminKey, EngineDep, KeyCacheDep, SessionDep, SettingsDep, WriteSessionDep
 from service.api.responses import KEYED, errors
 from service.api.views import key_public
+from service.config import Settings
 from service.errors import ApiError, not_found
 from service.schemas import ApiKeyCreated, ApiKeysPublic, TeamPublic, TeamsPublic
+from service.storage import usage
 from service.store import crud
 from service.store.models import Team
 
@@ -21,6 +24,12 @@ _NOTES = {403: "not an admin key", 404: "no such team"}
 _READ = errors(*KEYED, 403, notes=_NOTES)
 _READ_ONE = errors(*KEYED, 403, 404, notes=_NOTES)
 _WRITE_ONE = errors(400, *KEYED, 403, 404, 413, 422, notes=_NOTES)
+
+
+def _public(session: Session, settings: Settings, teams: list[Team]) -> list[TeamPublic]:
+    """The teams as shown, each with its disk use against its storage quota (service.storage)."""
+    used = usage.usages(session, settings, teams)
+    return [TeamPublic.model_validate(t).model_copy(update={"storage": used[t.id].public()}) for t in teams]
 
 
 def _team(session: SessionDep, name: str) -> Team:
@@ -36,27 +45,30 @@ def _team(session: SessionDep, name: str) -> Team:
     response_model=TeamPublic,
     responses=errors(400, *KEYED, 403, 409, 413, 422, notes={**_NOTES, 409: "the team exists already"}),
 )
-def create_team(team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey) -> Team:
-    """Create a team with its quota (GPUs, concurrent jobs), fair-share weight and default priority."""
+def create_team(
+    team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey, settings: SettingsDep
+) -> TeamPublic:
+    """Create a team with its quotas (GPUs, CPUs, concurrent jobs, storage), fair-share weight and default
+    priority."""
     try:
         team = crud.create_team(session=session, team_in=team_in)
         session.commit()
     except IntegrityError as err:
         raise ApiError(409, f"team {team_in.name!r} exists already", field="name") from err
-    return team
+    return _public(session, settings, [team])[0]
 
 
 @router.get("", response_model=TeamsPublic, responses=_READ)
-def read_teams(session: SessionDep, _admin: AdminKey) -> TeamsPublic:
-    """List the teams."""
-    teams = crud.list_teams(session=session)
-    return TeamsPublic(data=[TeamPublic.model_validate(t) for t in teams], count=len(teams))
+def read_teams(session: SessionDep, _admin: AdminKey, settings: SettingsDep) -> TeamsPublic:
+    """List the teams, each with its disk use (`storage`: used and quota bytes, by kind)."""
+    teams = list(crud.list_teams(session=session))
+    return TeamsPublic(data=_public(session, settings, teams), count=len(teams))
 
 
 @router.get("/{name}", response_model=TeamPublic, responses=_READ_ONE)
-def read_team(name: str, session: SessionDep, _admin: AdminKey) -> Team:
-    """Read a team."""
-    return _team(session, name)
+def read_team(name: str, session: SessionDep, _admin: AdminKey, settings: SettingsDep) -> TeamPublic:
+    """Read a team, with its disk use."""
+    return _public(session, settings, [_team(session, name)])[0]
 
 
 @router.patch("/{name}", response_model=TeamPublic, responses=_WRITE_ONE)
@@ -67,13 +79,15 @@ def update_team(
     _admin: AdminKey,
     cache: KeyCacheDep,
     engine: EngineDep,
-) -> Team:
-    """Change a team's quota, weight or default priority (takes effect at the next scheduler round)."""
+    settings: SettingsDep,
+) -> TeamPublic:
+    """Change a team's quotas (GPUs, CPUs, jobs, storage), weight, priorities, budgets or checkpoint
+    retention (the scheduler's at its next round; the storage quota at the next upload or submission)."""
     team = crud.update_team(session=session, team=_team(session, name), team_in=team_in)
     session.commit()
     cache.clear()
     engine.wake()
-    return team
+    return _public(session, settings, [team])[0]
 
 
 @router.post("/{name}/keys", status_code=201, response_model=ApiKeyCreated, responses=_WRITE_ONE)

@@ -34,6 +34,7 @@ def test_unknown_sampling_is_refused_naming_the_field() -> None:
         ({"multitask": {"rounds": 2}}, "rounds"),
         ({"search": {"asha": {}}}, "multitask: search.asha"),
         ({"training": {"workers": 2}, "resources": {"cpus": 2}}, "multitask: training.workers"),
+        ({"training": {"validation_fraction": 0.1}}, "multitask: training.validation_fraction"),
     ],
 )
 def test_other_mistakes_name_the_field(fields: dict[str, Any], message: str) -> None:

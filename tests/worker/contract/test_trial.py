@@ -8,14 +8,15 @@ from pydantic import ValidationError
 
 from worker.contract.grid import SWEEPABLE, cell_key, resolve
 from worker.contract.spec import JobSpec, Training
-from worker.contract.trial import KNOBS, TrainConfig
+from worker.contract.trial import KNOBS, TrainConfig, recorded_values
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [("epochs", 0), ("epochs", 101), ("learning_rate", 0.0), ("learning_rate", 1.0), ("batch_size", 0),
      ("warmup_fraction", 1.0), ("max_seq_length", 4), ("train_fraction", 0.0), ("num_threads", 0),
-     ("learning_rate", float("nan")), ("max_skipped_steps", 0)],
+     ("learning_rate", float("nan")), ("max_skipped_steps", 0), ("validation_fraction", 1.0),
+     ("validation_fraction", -0.1)],
 )  # fmt: skip
 def test_one_set_of_bounds_for_the_trial_and_the_spec(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=f"invalid value for {field}"):
@@ -64,3 +65,15 @@ def test_the_plan_is_expanded_once_and_the_spec_cannot_change_under_it() -> None
     assert spec.trials()[0]["epochs"] != 99
     with pytest.raises(ValidationError):
         spec.seeds = [1, 2]  # type: ignore[misc]
+
+
+def test_rows_are_sampled_at_random_unless_a_record_predates_the_choice() -> None:
+    assert TrainConfig().sampling == "random" and TrainConfig().validation_fraction == 0.0
+    with pytest.raises(ValueError, match="invalid value for sampling"):
+        TrainConfig(sampling="first")  # type: ignore[arg-type]
+    recorded = TrainConfig(max_train_samples=1000).to_dict()
+    del recorded["sampling"]  # as a trial's values were recorded before `sampling` existed
+    assert resolve(recorded, None, ()).config.sampling == "head"  # Tune's state of an older experiment
+    assert TrainConfig.from_dict(recorded_values(recorded)).sampling == "head"  # what an audit re-runs
+    assert resolve(TrainConfig().to_dict(), None, ()).config.sampling == "random"
+    assert "sampling" in SWEEPABLE and "validation_fraction" not in SWEEPABLE  # one selection rule per job

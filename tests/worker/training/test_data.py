@@ -20,7 +20,7 @@ from worker.training.data import (
     load_hub,
     load_table,
 )
-from worker.training.sampling import subsample, take_first
+from worker.training.sampling import subsample
 
 # Row counts from /work/shared/data/glue/README.md (= the published GLUE / HF `glue` split sizes).
 GLUE_ROWS = {
@@ -67,15 +67,17 @@ def test_glue_label_counts_and_first_rows(glue_dir: Path) -> None:
     sst2 = load_glue_split(get_task("sst2"), glue_dir, "dev")
     assert Counter(e.label for e in sst2) == {0: 428, 1: 444}
     cola = load_glue_split(get_task("cola"), glue_dir, "dev")  # no header: first line is data
-    assert cola[0] == Example(("The sailors rode the breeze clear of the rocks.",), 1)
+    # The stratum is CoLA's column 0, the source publication.
+    assert cola[0] == Example(("The sailors rode the breeze clear of the rocks.",), 1, "gj04")
     assert Counter(e.label for e in cola) == {0: 322, 1: 721}
     mrpc = load_glue_split(get_task("mrpc"), glue_dir, "train")  # header starts with a BOM
     assert Counter(e.label for e in mrpc) == {0: 1194, 1: 2474}
     assert mrpc[0].texts[0].startswith("Amrozi accused his brother")
     stsb = load_glue_split(get_task("stsb"), glue_dir, "dev")
     assert stsb[0] == Example(
-        ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing."), 5.0
-    )
+        ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing."), 5.0, "main-captions"
+    )  # the stratum is the `genre` column
+    assert rte[0].stratum is None and mrpc[0].stratum is None  # no source column
     assert abs(sum(e.label for e in stsb) / len(stsb) - 2.36) < 0.01
 
 
@@ -94,7 +96,7 @@ def test_load_examples_takes_the_root_or_the_task_folder(glue_dir: Path) -> None
 def test_cola_layout_without_header(tmp_path: Path) -> None:
     write(tmp_path / "CoLA" / "dev.tsv", "gj04\t1\t\tGood one.\ngj04\t0\t*\tBad one one.")  # no final LF
     examples = load_glue_split(get_task("cola"), tmp_path, "dev")
-    assert examples == [Example(("Good one.",), 1), Example(("Bad one one.",), 0)]
+    assert examples == [Example(("Good one.",), 1, "gj04"), Example(("Bad one one.",), 0, "gj04")]
 
 
 def test_tsv_has_no_quote_processing(tmp_path: Path) -> None:
@@ -107,7 +109,7 @@ def test_mnli_uses_named_columns_and_its_dev_files(tmp_path: Path) -> None:
     header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label\n"
     write(tmp_path / "MNLI" / "dev_mismatched.tsv", header + "0\t1\t1e\tx\tP.\tH.\tneutral\tcontradiction\n")
     examples = load_examples(get_task("mnli"), tmp_path, "dev_mismatched")
-    assert examples == [Example(("P.", "H."), 2)]
+    assert examples == [Example(("P.", "H."), 2, "x")]  # the genre is its stratum
 
 
 # --- errors: file, row and column in the message ----------------------------------------------------
@@ -312,11 +314,3 @@ def test_subsample_is_deterministic_nested_and_ordered() -> None:
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="fraction"):
             subsample(EXAMPLES, bad, seed=0)
-
-
-def test_take_first() -> None:
-    assert take_first(EXAMPLES, 3) == EXAMPLES[:3]
-    assert take_first(EXAMPLES, None) == EXAMPLES
-    assert take_first(EXAMPLES[:2], 10) == EXAMPLES[:2]
-    with pytest.raises(ValueError):
-        take_first(EXAMPLES, 0)
