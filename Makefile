@@ -49,24 +49,29 @@ format: install
 # The test tiers (docs/testing.md § Tiers): tests/conftest.py marks each test `unit`, `integration` or `slow`
 # from what it starts. The unit tier runs on UNIT_WORKERS xdist workers (2: this machine's cores) under the
 # guard that fails a unit test which starts a process or binds a socket. The integration and slow tiers run
-# in one process: their tests share one Ray cluster, one Ray head and one PostgreSQL server (an xdist worker
-# would start its own). pytest's exit status 5 (no test selected) is no failure.
+# on INTEGRATION_WORKERS xdist workers: most of their time is spent waiting (servers starting, Ray
+# scheduling, polls), so two workers overlap the waits; each worker starts its own Ray cluster, Ray head and
+# PostgreSQL server on free ports, and tests marked `xdist_group` share a worker (--dist loadgroup). It
+# prints its 25 slowest tests (CI's log says where the time goes). pytest's exit status 5 (no test
+# selected) is no failure.
 PYTEST := $(BIN)/python -m pytest -q
 UNIT_WORKERS ?= 2
+INTEGRATION_WORKERS ?= 2
 UNIT_TESTS := SMARTUNE_UNIT_GUARD=1 $(PYTEST) -m unit -n $(UNIT_WORKERS)
+INTEGRATION_TESTS := $(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadgroup --durations=25
 OK_IF_NONE := || [ $$? -eq 5 ]
 
 test: lint
 	$(UNIT_TESTS) $(OK_IF_NONE)
 
 test-integration: install
-	$(PYTEST) -m integration $(OK_IF_NONE)
+	$(INTEGRATION_TESTS) -m integration $(OK_IF_NONE)
 
 # Every tier; both runs happen even when the first fails (for CI's log), and either one's failure fails.
 test-all: lint
 	failed=0; \
 	$(UNIT_TESTS) $(OK_IF_NONE) || failed=1; \
-	$(PYTEST) -m "integration or slow" $(OK_IF_NONE) || failed=1; \
+	$(INTEGRATION_TESTS) -m "integration or slow" $(OK_IF_NONE) || failed=1; \
 	exit $$failed
 
 # Mutation testing of smart_core against tests/smart_core (about 35 minutes on 2 cores): the surviving

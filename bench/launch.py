@@ -49,7 +49,7 @@ class Served:
     ray_temp: Path
 
     def stop(self) -> None:
-        from service.engine.local_head import stop_recorded
+        from service.engine.run_records import stop_recorded
 
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

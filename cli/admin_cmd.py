@@ -1,7 +1,9 @@
 """`smartune admin ...`: bootstrap teams and keys directly on the job store (no server needed).
 
-`create-team NAME` and `create-key TEAM` print the new key alone on stdout (pipe it where it goes). The
-store is `DATABASE_URL` when set, else the SQLite file in `--data-dir` ($SMARTUNE_DATA_DIR, ~/.smartune).
+`create-team NAME` and `create-key TEAM` print the new key alone on stdout (pipe it where it goes);
+`mlflow-login TEAM` prints the team's MLflow login as `MLFLOW_TRACKING_USERNAME=...` and
+`MLFLOW_TRACKING_PASSWORD=...` lines (with SMARTUNE_MLFLOW_TEAM_SECRET, as the API has it). The store is
+`DATABASE_URL` when set, else the SQLite file in `--data-dir` ($SMARTUNE_DATA_DIR, ~/.smartune).
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     revoke = cmds.add_parser("revoke-key", help="revoke a key by its public id")
     revoke.add_argument("key_id")
     revoke.set_defaults(handler=revoke_key)
+
+    login = cmds.add_parser(
+        "mlflow-login",
+        help="print a team's MLflow login (user and password, from SMARTUNE_MLFLOW_TEAM_SECRET)",
+    )
+    login.add_argument("team")
+    login.set_defaults(handler=mlflow_login)
 
     teams = cmds.add_parser("list-teams", help="list the teams and their quotas")
     teams.add_argument("--json", action="store_true", help="print the teams as one JSON document")
@@ -227,6 +236,23 @@ def revoke_key(args: argparse.Namespace) -> int:
         crud.revoke_api_key(session=session, key=row)
         session.commit()
     print(f"revoked {args.key_id}", file=sys.stderr)
+    return 0
+
+
+def mlflow_login(args: argparse.Namespace) -> int:
+    """The team's MLflow user and password as two shell assignments (hand them to the team: its MLflow UI
+    login, and what its own scripts export); derived from the deployment's secret, never stored."""
+    from service.config import Settings
+    from service.store import crud
+
+    login = Settings(**({"data_dir": args.data_dir} if args.data_dir else {})).team_mlflow_login(args.team)
+    if login is None:
+        raise ValueError("SMARTUNE_MLFLOW_TEAM_SECRET is unset: this deployment has no MLflow users per team")
+    with _store(args).sessions() as session:
+        if crud.get_team(session=session, name=args.team) is None:
+            raise ValueError(f"no team {args.team!r}")
+    print(f"MLFLOW_TRACKING_USERNAME={login[0]}")
+    print(f"MLFLOW_TRACKING_PASSWORD={login[1]}")
     return 0
 
 

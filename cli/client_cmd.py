@@ -213,7 +213,17 @@ def describe(job: dict[str, Any]) -> str:
         parts.append(f"best {job['best_value'] if job['best_value'] is not None else max(best):.4f}")
     if job["state"] == "QUEUED" and job["wait_reason"]:
         parts.append(f"- waiting: {job['wait_reason']}")
+    elif job["state"] in ("DISPATCHED", "RUNNING") and not by_state and (node := _autoscaler_wait(job)):
+        parts.append(f"- {node}")
     return "  ".join(parts)
+
+
+def _autoscaler_wait(job: dict[str, Any]) -> str | None:
+    """What a dispatched job none of whose trials has started waits for, when its dispatch said it: the
+    node an autoscaler adds (service.engine.autoscaler writes "waiting for the autoscaler ...")."""
+    dispatched = [t["reason"] for t in job.get("transitions", []) if t["to_state"] == "DISPATCHED"]
+    at = dispatched[-1].find("waiting for the autoscaler") if dispatched else -1
+    return dispatched[-1][at:] if at >= 0 else None
 
 
 def _ending(job: dict[str, Any]) -> None:

@@ -14,11 +14,13 @@ from cli import (
     completion_cmd,
     data_cmd,
     migrate_cmd,
+    models_cmd,
     serve_cmd,
     stop_cmd,
     sweep_cmd,
     train_cmd,
     view_cmd,
+    webhooks_cmd,
 )
 from smartune.errors import SmartuneError  # the SDK's refusals; `import smartune` loads the stdlib only
 
@@ -30,7 +32,9 @@ _SUBCOMMANDS: tuple[Registrar, ...] = (
     serve_cmd.register,
     client_cmd.register,
     data_cmd.register,
+    models_cmd.register,
     audit_cmd.register,
+    webhooks_cmd.register,
     view_cmd.register,
     admin_cmd.register,
     migrate_cmd.register,

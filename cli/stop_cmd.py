@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from service.config import Settings
-    from service.engine.local_head import stop_recorded
     from service.engine.planned_stop import requeue_in_store
+    from service.engine.run_records import stop_recorded
 
     settings = Settings(data_dir=Path(args.data_dir).expanduser().resolve()) if args.data_dir else Settings()
     data_dir = settings.data_dir

@@ -92,17 +92,22 @@ def _summary(summary: dict[str, Any], job_id: str) -> None:
             print(f"{name:<8}  {'-' if value is None else f'{value:.4f}':>8}  {result.get('stage') or '-':<8}  "
                   f"{result.get('epoch') or '-':>5}  {result.get('trial_id') or '-':<12}  "
                   f"{_model(result.get('registered_model'))}")  # fmt: skip
+    elif isinstance(summary.get("registered_models"), dict):  # a grid over several tasks: one model each
+        for name, registered in sorted(summary["registered_models"].items()):
+            print(f"model ({name}): {_model(registered)}")
     elif summary.get("registered_model"):
         print(f"model: {_model(summary['registered_model'])}")
 
 
 def _model(registered: Any) -> str:
-    """A registered model as `models:/<name>@best (version N)`, or why there is none."""
+    """This job's version of the registered model, `models:/<name>/<version> (version N; best: version M)`,
+    or why there is none."""
     if not isinstance(registered, dict):
         return "-"
     if registered.get("version") is None:
         return f"not registered: {registered.get('error') or '-'}"
-    return f"{registered.get('uri')} (version {registered['version']})"
+    best = f"; best: version {registered['best_version']}" if registered.get("best_version") else ""
+    return f"{registered.get('uri')} (version {registered['version']}{best})"
 
 
 def _pool(view: dict[str, Any]) -> None:

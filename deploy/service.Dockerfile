@@ -20,9 +20,11 @@ COPY smart_core ./smart_core
 COPY worker ./worker
 COPY service ./service
 COPY cli ./cli
+COPY smartune ./smartune
 COPY bench ./bench
+# -I: the installed package, not /src (the working directory), is what the check imports.
 RUN /opt/venv/bin/pip install --no-deps . \
-    && /opt/venv/bin/python -c "import service.main, sys; assert 'torch' not in sys.modules"
+    && /opt/venv/bin/python -I -c "import cli.main, service.main, sys; assert 'torch' not in sys.modules"
 
 FROM python:3.11-slim-bookworm
 # A fixed numeric user, so Kubernetes' runAsNonRoot can verify it.

@@ -42,9 +42,10 @@ COPY smart_core ./smart_core
 COPY worker ./worker
 COPY service ./service
 COPY cli ./cli
+COPY smartune ./smartune
 COPY bench ./bench
 RUN pip install --no-deps . \
-    && python -c "import torch, ray, worker.tune.sweep; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+    && python -I -c "import cli.main, torch, ray, worker.tune.sweep; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 RUN groupadd --gid 10001 smartune \
     && useradd --uid 10001 --gid smartune --create-home --home-dir /home/smartune --shell /bin/bash smartune \

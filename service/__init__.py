@@ -7,6 +7,7 @@ Rooms, each with a docstring that names what it may import (tests/test_boundarie
 - the engine: `engine/` (scheduling, dispatch, watching, reconciliation, leases, the Ray Jobs adapter);
 - the store: `store/` (tables, sessions, queries, migrations);
 - the domain between them: `jobs` / `validation` (submission, cancellation, retry), `audits`,
-  `datasets/`, `costs/` (estimates and budgets), and the plain helpers `config` (the one settings
-  class), `errors`, `schemas`, `security`, `secret_checks`, `limits`, `series`.
+  `datasets/`, `costs/` (estimates and budgets), `notify/` (webhooks: URL checks, signatures,
+  deliveries), and the plain helpers `config` (the one settings class), `errors`, `schemas`, `security`,
+  `secret_checks`, `limits`, `series`.
 """

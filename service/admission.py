@@ -12,6 +12,9 @@ run) is checked against what its team may have now, in this order:
   not been read yet, the largest node the deployment declares (`SMARTUNE_LARGEST_NODE_CPUS` / `_GPUS`; the
   embedded head's own size). A trial that fits it is admitted; one that does not, or that needs a kind
   of which no node is declared, is a 503 with `Retry-After`: whether it fits is known once the pool is read.
+  With an autoscaler (`SMARTUNE_AUTOSCALER`) a trial that one of the node types it may add holds is
+  admitted however empty the live pool is, and the quotas count trials at once against the pool's reach
+  (service.engine.autoscaler); a trial no node type holds is judged as above.
   A stored job (a retry, an audit) ran on this pool once and may wait for it (docs/architecture.md §8);
 - its estimate against what is left of the team's device-hour budget (409 with the numbers,
   service.costs.budget);
@@ -34,7 +37,8 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.costs import budget
-from service.engine.pool import concurrency
+from service.engine.autoscaler import Autoscaler, amounts
+from service.engine.pool import concurrency, reach
 from service.engine.scheduler import Resources
 from service.errors import ApiError
 from service.storage import usage as storage
@@ -142,7 +146,8 @@ def _check_quotas(ask: Ask, team: Team, settings: Settings, capacity: Resources 
         if per_trial > limits[kind] + _EPS:
             raise _refusal(ask, f"resources.{kind}",
                            f"{per_trial:g} {unit} per trial exceed the team's quota of {limits[kind]:g}")  # fmt: skip
-    running = concurrency(ask.cpus, ask.gpus, ask.max_concurrent, ask.n_trials, capacity)
+    pool = reach(capacity, Autoscaler.of(settings.autoscaled_node_types))  # with an autoscaler, its reach
+    running = concurrency(ask.cpus, ask.gpus, ask.max_concurrent, ask.n_trials, pool)
     for kind, unit in KINDS:
         per_trial = ask.per_trial(kind)
         if per_trial > 0 and per_trial * running > limits[kind] + _EPS:
@@ -153,7 +158,18 @@ def _check_quotas(ask: Ask, team: Team, settings: Settings, capacity: Resources 
 
 def _check_pool(ask: Ask, settings: Settings, capacity: Resources | None) -> None:
     """One trial against the pool as read (422: it could never run), or, before the pool was ever read,
-    against the largest node the deployment declares (503: ask again once it is read)."""
+    against the largest node the deployment declares (503: ask again once it is read). With an autoscaler,
+    a trial one of its node types holds fits, read or not."""
+    autoscaler = Autoscaler.of(settings.autoscaled_node_types)
+    if autoscaler is not None and autoscaler.runs(ask.cpus, ask.gpus, capacity):
+        return
+    if capacity is not None and autoscaler is not None:
+        big = autoscaler.largest()
+        kind, unit = next(((k, u) for k, u in KINDS if ask.per_trial(k) > getattr(big, k) + _EPS),
+                          KINDS[0] if ask.gpus > 0 else KINDS[1])  # fmt: skip
+        raise _refusal(ask, f"resources.{kind}", f"{ask.per_trial(kind):g} {unit} per trial fit no node: the "
+                       f"pool has {getattr(capacity, kind):g} and no node type the autoscaler may add holds the "
+                       f"trial (the largest have {amounts(big.cpus, big.gpus)})")  # fmt: skip
     if capacity is not None:
         for kind, unit in KINDS:
             per_trial, pool = ask.per_trial(kind), getattr(capacity, kind)

@@ -7,15 +7,20 @@ the embedded default keeps the job store, MLflow and Tune's storage side by side
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, IPvAnyNetwork, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.secret_checks import secret_problems
+from worker.contract.node_types import NodeType, parse_node_types
+
+MLFLOW_TEAM_USER_PREFIX = "smartune-team-"  # a team's MLflow user: this and the team's name
 
 
 def _env(name: str) -> AliasChoices:
@@ -66,6 +71,17 @@ class Settings(BaseSettings):
         None,
         description="base of the MLflow UI for run links; unset = the tracking server, or `mlflow ui` locally",
     )
+    # MLflow users per team (service.engine.mlflow_teams, docs/deployment.md): set, the service logs in as
+    # MLflow's admin (MLFLOW_TRACKING_USERNAME / _PASSWORD) to create them, and each job logs in as its team.
+    mlflow_team_secret: str | None = Field(
+        None,
+        repr=False,
+        exclude=True,
+        description="derives each team's MLflow password (HMAC-SHA256 of the team's name, hex; 32 characters "
+        "at least): set, every team gets the MLflow user `smartune-team-<team>` with MANAGE on its own "
+        "experiment and registered models only, and its jobs log in with it; unset = no MLflow users (a local "
+        "store, or one login for every job)",
+    )
     storage_path: str | None = Field(None, description="Tune storage (checkpoints); unset = data dir")
     glue_dir: Path | None = Field(None, description="GLUE folder passed to jobs and allowed as a data root")
     data_roots: Annotated[list[Path], NoDecode] = Field(
@@ -113,6 +129,15 @@ class Settings(BaseSettings):
     # none declared (`smartune serve` declares the head it starts), and a trial of that kind is then a 503.
     largest_node_cpus: float | None = Field(None, ge=0, description="CPUs of the largest Ray node")
     largest_node_gpus: float | None = Field(None, ge=0, description="GPUs of the largest Ray node")
+    # An autoscaler adds Ray nodes on demand (service.engine.autoscaler): jobs are judged by what it can add.
+    autoscaler: bool = Field(
+        False, description="an autoscaler (KubeRay's) adds Ray nodes on demand: jobs are admitted and dispatched "
+        "against the live pool and the node types it may add (autoscaler_node_types), and drivers wait for them"
+    )  # fmt: skip
+    autoscaler_node_types: Annotated[tuple[NodeType, ...], NoDecode] = Field(
+        (), description='the node types the autoscaler may add, a JSON list: [{"cpus": 8, "gpus": 1, '
+        '"max_workers": 4, "gpu_memory_mb": 81559}] (worker.contract.node_types); needed with autoscaler'
+    )  # fmt: skip
     ready_ttl_s: float = Field(
         1.0, ge=0, description="seconds one /readyz answer is reused (it needs no key)"
     )
@@ -201,6 +226,22 @@ class Settings(BaseSettings):
     dashboard_secure_cookie: bool | None = Field(
         None, description="the session cookie's Secure flag; unset = when the request came over https"
     )
+    # Webhooks (service.notify, docs/webhooks.md): signed POSTs to the teams' URLs when their jobs end.
+    webhook_allow_private: bool = Field(
+        False, description="let webhook URLs reach loopback, private, link-local and other non-global addresses"
+    )  # fmt: skip
+    webhook_allow_cidrs: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=list, description="networks (comma list of CIDRs) webhook URLs may reach even though "
+        "they are not global, e.g. 10.20.0.0/16 for an internal receiver; multicast stays refused"
+    )  # fmt: skip
+    webhook_timeout_s: float = Field(5.0, gt=0, le=60, description="each phase of one delivery attempt")
+    webhook_max_attempts: int = Field(5, ge=1, le=20, description="attempts per delivery before it is failed")
+    webhook_backoff_s: float = Field(
+        10.0, ge=0, description="seconds before the second attempt; doubled before each next one"
+    )
+    webhook_backoff_max_s: float = Field(600.0, ge=0, description="the longest wait between two attempts")
+    webhook_concurrency: int = Field(4, ge=1, le=32, description="deliveries in flight at once")
+    webhook_max_per_team: int = Field(20, ge=1, description="webhooks one team may register")
 
     @model_validator(mode="after")
     def _no_default_secrets(self) -> Settings:
@@ -214,6 +255,44 @@ class Settings(BaseSettings):
                 f"SMARTUNE_ENV={self.env} refuses default or empty secrets: " + "; ".join(problems)
             )
         return self
+
+    @model_validator(mode="after")
+    def _team_logins_need_a_server(self) -> Settings:
+        """MLflow users exist only on a tracking server with basic auth, created with its admin's login."""
+        if self.mlflow_team_secret is None:
+            return self
+        if not self.tracking_uri.startswith(("http://", "https://")):
+            raise ValueError(
+                "SMARTUNE_MLFLOW_TEAM_SECRET needs an MLflow tracking server with basic auth "
+                "(MLFLOW_TRACKING_URI=http://...): a local store has no users"
+            )
+        if not self.mlflow_tracking_password:
+            raise ValueError(
+                "SMARTUNE_MLFLOW_TEAM_SECRET needs MLflow's admin login (MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD): the service creates the teams' users with it"
+            )
+        return self
+
+    @field_validator("autoscaler_node_types", mode="before")
+    @classmethod
+    def _parse_node_types(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_node_types(value) if value.strip() else ()
+        return value
+
+    @model_validator(mode="after")
+    def _autoscaler_needs_node_types(self) -> Settings:
+        if self.autoscaler and not self.autoscaler_node_types:
+            raise ValueError(
+                "SMARTUNE_AUTOSCALER=1 needs SMARTUNE_AUTOSCALER_NODE_TYPES: the node types it may add, e.g. "
+                '[{"cpus": 8, "gpus": 1, "max_workers": 4}]'
+            )
+        return self
+
+    @property
+    def autoscaled_node_types(self) -> tuple[NodeType, ...]:
+        """The node types an autoscaler may add; none without one (`autoscaler` off)."""
+        return self.autoscaler_node_types if self.autoscaler else ()
 
     @field_validator("data_roots", mode="before")
     @classmethod
@@ -234,6 +313,13 @@ class Settings(BaseSettings):
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [o.strip() for o in value.split(",") if o.strip()]
+        return value
+
+    @field_validator("webhook_allow_cidrs", mode="before")
+    @classmethod
+    def _split_cidrs(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [c.strip() for c in value.split(",") if c.strip()]
         return value
 
     @field_validator("data_dir", "glue_dir")
@@ -285,6 +371,15 @@ class Settings(BaseSettings):
     def team_experiment(self, team: str) -> str:
         """One MLflow experiment per team: a team's runs never sit beside another's."""
         return f"{self.mlflow_experiment}-{team}"
+
+    def team_mlflow_login(self, team: str) -> tuple[str, str] | None:
+        """The team's MLflow user and password: `smartune-team-<team>` and the hex HMAC-SHA256 of the team's
+        name under `mlflow_team_secret` (nothing to store; a new secret gives every team a new password at
+        the service's next start). None without the secret."""
+        if not self.mlflow_team_secret:
+            return None
+        digest = hmac.new(self.mlflow_team_secret.encode(), team.encode(), hashlib.sha256).hexdigest()
+        return f"{MLFLOW_TEAM_USER_PREFIX}{team}", digest
 
     def team_storage(self, team: str) -> str:
         """Tune storage per team: checkpoints (loaded with torch.load) never shared across teams."""

@@ -20,6 +20,8 @@ from service import admission, validation
 from service.config import Settings
 from service.costs import calibration, estimate, memory
 from service.datasets import ops as datasets
+from service.engine import pool
+from service.engine.autoscaler import Autoscaler
 from service.engine.ray_jobs import RayJobs, RayUnavailable
 from service.engine.scheduler import Resources
 from service.errors import ApiError
@@ -116,8 +118,10 @@ def submit_job(
 def cost_plan(
     *, session: Session, settings: Settings, team: Team, spec: JobSpec, capacity: Resources | None
 ) -> dict[str, Any]:
-    """The spec's plan (service.costs.estimate) with this deployment's calibration."""
+    """The spec's plan (service.costs.estimate) with this deployment's calibration, on the pool's reach (with
+    an autoscaler, what it may add counts: service.engine.autoscaler)."""
     table = calibration.load(session)
+    capacity = pool.reach(capacity, Autoscaler.of(settings.autoscaled_node_types))
     return estimate.plan(spec, settings=settings, team=team, calibration=table, capacity=capacity,
                          memory_table=memory.load(session))  # fmt: skip
 

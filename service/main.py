@@ -29,6 +29,7 @@ from service.api.deps import KeyCache, Writer
 from service.api.main import api_router
 from service.api.routes import health, metrics
 from service.config import Settings, get_settings
+from service.engine.mlflow_teams import TeamAccess, team_access
 from service.engine.ray_jobs import JobSubmissionAdapter, RayJobs
 from service.engine.rounds import Engine
 from service.engine.tracking import MlflowTracker, Tracker
@@ -55,6 +56,8 @@ TAGS = [
         "name": "datasets",
         "description": "Upload datasets (validated, content-addressed), list, publish, delete.",
     },
+    {"name": "webhooks", "description": "Signed POSTs to a team's URLs when its jobs end."},
+    {"name": "models", "description": "Registered models: a team's, one per task, with its best version."},
     {"name": "teams", "description": "Teams, quotas and keys (admin keys only)."},
     {"name": "keys", "description": "API keys."},
     {"name": "health", "description": "Liveness and readiness."},
@@ -129,9 +132,10 @@ def create_app(
     *,
     ray: RayJobs | None = None,
     tracker: Tracker | None = None,
+    access: TeamAccess | None = None,
     run_engine: bool = True,
 ) -> FastAPI:
-    """Build the app; `ray` and `tracker` replace the real Ray and MLflow adapters (tests)."""
+    """Build the app; `ray`, `tracker` and `access` replace the real Ray and MLflow adapters (tests)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -149,11 +153,13 @@ def create_app(
             settings.ray_address or f"http://127.0.0.1:{settings.ray_dashboard_port}",
             token=settings.ray_auth_token,
             timeout_s=settings.ray_timeout_s,
+            empty_ok=bool(settings.autoscaled_node_types),  # live nodes offering nothing: a pool of zero
         )
         app.state.tracker = tracker or MlflowTracker(
             settings.tracking_uri, settings.mlflow_experiment, settings.artifact_root
         )
-        app.state.engine = Engine(db=db, ray=app.state.ray, tracker=app.state.tracker, settings=settings)
+        app.state.engine = Engine(db=db, ray=app.state.ray, tracker=app.state.tracker, settings=settings,
+                                  access=access or team_access(settings))  # fmt: skip
         if run_engine:
             app.state.engine.start()
         gc.freeze()  # the start-up heap (FastAPI, pydantic, SQLAlchemy) leaves the GC's scans: shorter pauses

@@ -310,3 +310,31 @@ class AuditRequest(BaseModel):
 
 class AuditsPublic(BaseModel):
     data: list[JobPublic] = Field(description="the job's audits, newest first (each a job of kind audit)")
+
+
+class RegisteredModelPublic(BaseModel):
+    """A team's registered model of one task (`smartune-<team>-<task>`): every job on the task adds a version;
+    the alias `best` names the best dev score among versions scored on the same dev rows."""
+
+    name: str = Field(
+        description="load its best with `mlflow.transformers.load_model('models:/<name>@best')`"
+    )
+    team: str
+    task: str
+    latest_version: str | None = Field(description="the newest version (the latest job's)")
+    best_version: str | None = Field(
+        description="the version the alias `best` names; null before a scored one"
+    )
+    best_score: float | None = Field(
+        description="that version's dev score (its job's best trial, at its best epoch)"
+    )
+    metric: str | None = Field(description="which metric `best_score` is (the task's main metric)")
+    best_job_id: str | None = Field(description="the job whose version `best` names")
+    mlflow_url: str | None = Field(
+        None, description="the model in the MLflow UI, where the API hands out links"
+    )
+
+
+class RegisteredModelsPublic(BaseModel):
+    data: list[RegisteredModelPublic]
+    count: int

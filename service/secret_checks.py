@@ -19,7 +19,7 @@ DEFAULT_SECRETS = frozenset(
 
 # A bearer token of the deployment's own (the metrics token): long enough not to be guessed.
 MIN_TOKEN_CHARS = 16
-MIN_DASHBOARD_SECRET_CHARS = 32  # an HMAC-SHA256 key: 32 characters of a random string or more
+MIN_DASHBOARD_SECRET_CHARS = 32  # an HMAC-SHA256 key (the dashboard's, the MLflow logins'): 32 or more
 
 
 class SecretSettings(Protocol):
@@ -32,6 +32,7 @@ class SecretSettings(Protocol):
     aws_secret_access_key: str | None
     metrics_token: str | None
     dashboard_secret: str | None
+    mlflow_team_secret: str | None
 
 
 def _is_default(secret: str | None) -> bool:
@@ -68,5 +69,13 @@ def secret_problems(settings: SecretSettings) -> list[str]:
         problems.append(
             f"SMARTUNE_DASHBOARD_SECRET is empty, a default or shorter than {MIN_DASHBOARD_SECRET_CHARS} "
             "characters (unset, the dashboard is off in production)"
+        )
+    if settings.mlflow_team_secret is not None and (
+        _is_default(settings.mlflow_team_secret)
+        or len(settings.mlflow_team_secret.strip()) < MIN_DASHBOARD_SECRET_CHARS
+    ):
+        problems.append(
+            f"SMARTUNE_MLFLOW_TEAM_SECRET is empty, a default or shorter than {MIN_DASHBOARD_SECRET_CHARS} "
+            "characters (it derives every team's MLflow password)"
         )
     return problems

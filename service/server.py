@@ -1,7 +1,8 @@
 """`smartune serve`: the one command of the embedded deployment (docs/architecture.md §7).
 
-Without `RAY_ADDRESS` it starts (or reuses, after checking its auth) a local Ray head, serves the API with
-uvicorn, and on exit stops the head it started unless `keep_ray` is set, then requeues the jobs that head
+Without `RAY_ADDRESS` it starts this deployment's own local Ray head (or reuses the one it started earlier,
+after checking its auth; never another deployment's: service.engine.head_plan), serves the API with
+uvicorn, and on exit stops that head unless `keep_ray` is set, then requeues the jobs that head
 ran as a planned stop (service.engine.planned_stop). The job store, MLflow store and Tune storage live in the
 data directory; `<data dir>/run/` records the running processes for `smartune stop`. Logs go to stderr, as JSON lines or text (`SMARTUNE_LOG_FORMAT`; service.http.logs), uvicorn's
 access lines included.
@@ -16,7 +17,7 @@ from types import FrameType
 import uvicorn
 
 from service.config import Settings
-from service.engine import local_head, planned_stop
+from service.engine import head_plan, local_head, planned_stop, run_records
 from service.http import logs
 from service.main import create_app
 
@@ -26,17 +27,24 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     head: local_head.LocalHead | None = None
     if not settings.ray_address:
+        ports, explicit = head_plan.requested_ports(settings)
         head = local_head.start_or_reuse(
             settings.data_dir,
             num_cpus=settings.ray_num_cpus,
             num_gpus=settings.ray_num_gpus,
-            dashboard_port=settings.ray_dashboard_port,
-            head_port=settings.ray_head_port,
+            ports=ports,
+            explicit=explicit,
             temp_dir=settings.ray_temp_dir,
             extra_args=settings.ray_start_args,
+            token=settings.ray_auth_token,
         )
+        print(f"smartune: {head.said}", flush=True)  # noqa: T201
         python = settings.entrypoint_python or sys.executable  # the head runs on this machine, in this venv
-        updates: dict[str, object] = {"ray_address": head.address, "entrypoint_python": python}
+        updates: dict[str, object] = {
+            "ray_address": head.address,
+            "ray_auth_token": head.token,
+            "entrypoint_python": python,
+        }
         if head.process is not None:  # started here, so its size is known before Ray lists its node
             size = local_head.declared_size(
                 settings.ray_num_cpus, settings.ray_num_gpus, settings.ray_start_args
@@ -44,7 +52,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
             updates |= {name: value for name, value in size.items() if getattr(settings, name) is None}
         settings = settings.model_copy(update=updates)
     url = f"http://{settings.host}:{settings.port}/"
-    record = local_head.record_serve(settings.data_dir, url)
+    record = run_records.record_serve(settings.data_dir, url)
     print(  # noqa: T201
         f"smartune: {url} (API docs at /docs); Ray at {settings.ray_address}; data in {settings.data_dir}; "
         "stop with Ctrl-C or `smartune stop`",
@@ -61,11 +69,11 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         )
     finally:
         record.unlink(missing_ok=True)
-        if head is not None and head.process is not None:
+        if head is not None and head.record is not None:  # this deployment's head: started or reused
             if settings.keep_ray:
                 print(f"smartune: the Ray head at {head.address} keeps running (--keep-ray)", flush=True)  # noqa: T201
             else:
-                print("smartune: stopping the Ray head it started", flush=True)  # noqa: T201
+                print(f"smartune: stopping this deployment's Ray head at {head.address}", flush=True)  # noqa: T201
                 local_head.stop(head)
                 if requeued := planned_stop.requeue_in_store(settings):
                     said = f"requeued {len(requeued)} running job(s); they resume at the next start"

@@ -14,6 +14,7 @@ from smartune.config import key_from_env, server_url
 from smartune.errors import SmartuneError
 from smartune.specs import read_spec
 from smartune.uploads import UploadProgress, dataset_files, multipart
+from smartune.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
     import httpx
@@ -37,7 +38,7 @@ def _states(state: str | Iterable[str] | None) -> list[str]:
     return [s.upper() for s in ([state] if isinstance(state, str) else state)]
 
 
-class Client:
+class Client(WebhookCalls):
     """A client of one smartune server. `url` defaults to $SMARTUNE_URL (else http://127.0.0.1:8000),
     `key` to $SMARTUNE_API_KEY (else the file $SMARTUNE_API_KEY_FILE names). Each call returns the API's
     JSON; a refusal raises SmartuneError (429 and 503 are first tried again after their Retry-After, up
@@ -45,7 +46,7 @@ class Client:
 
     `transport` (an httpx transport) or `http` (a ready httpx client, such as FastAPI's TestClient, used
     as it is and not closed; `key`, when given, is sent with each request) let tests reach an app
-    without a network."""
+    without a network. The webhook calls (`add_webhook`, `webhooks`, ...) are in smartune/webhooks.py."""
 
     def __init__(
         self,
@@ -257,6 +258,11 @@ class Client:
         path = f"/datasets/{_seg(name)}/{int(version)}"
         deleted: dict[str, Any] = self._http.request("DELETE", path, params=params).json()
         return deleted
+
+    def models(self, team: str | None = None) -> list[dict[str, Any]]:
+        """The team's registered models, one per task (`smartune-<team>-<task>`): name, task, latest
+        version, the version the alias `best` names with its dev score, metric and job. `team`: admins."""
+        return list(self._get("/models", team=team)["data"])
 
     # --- the pool, teams, keys ------------------------------------------------------------------------
 

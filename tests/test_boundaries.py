@@ -88,6 +88,8 @@ RULES: tuple[Rule, ...] = (
     Rule("service.costs", "any", never=SERVICE_EDGE, why="estimates and budgets know no HTTP"),
     Rule("service.storage", "any", never=("service.engine", *SERVICE_EDGE),
          why="a team's disk: the engine calls its keeper, the routes its checks"),
+    Rule("service.notify", "any", never=("service.engine", *SERVICE_EDGE),
+         why="webhooks: the engine calls its notifier, the routes its registry"),
     Rule("service.http", "any", never=("service.api", "service.dashboard"), why="middleware, not routes"),
     Rule("service.api", "any", never=("service.dashboard",), why="the pages build on the REST edge"),
     Rule("smartune", "import", only=("smartune",), why="`import smartune` loads the standard library only"),

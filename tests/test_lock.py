@@ -1,4 +1,5 @@
-"""The lock files agree with pyproject.toml: every declared dependency is pinned, within its range.
+"""The lock files agree with pyproject.toml: every declared dependency is pinned, within its range; and
+docs/dependencies.md lists each dependency group (what an image installs) as pyproject.toml declares it.
 
 `make lock` writes requirements.lock (the runtime and the PostgreSQL driver: what the images install) and
 requirements-dev.lock (everything `make install` installs) from pyproject.toml's ranges; a range changed
@@ -16,7 +17,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
 PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s;]+)")
 
 
@@ -53,3 +55,23 @@ def test_every_declared_dependency_is_pinned_within_its_range(lock: str, extras:
         elif not requirement.specifier.contains(pins[name], prereleases=True):
             problems.append(f"{requirement.name}: {lock} pins {pins[name]}, outside {requirement.specifier}")
     assert not problems, "run `make lock`:\n" + "\n".join(problems)
+
+
+def _documented_group(group: str) -> set[str]:
+    """The packages docs/dependencies.md lists under "### The `GROUP` group": its table's first column."""
+    text = (ROOT / "docs" / "dependencies.md").read_text()
+    heading = f"### The `{group}` group\n"
+    assert heading in text, f"docs/dependencies.md has no section {heading.strip()!r}"
+    section = text.split(heading, 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # past the header and rule
+    return {canonicalize_name(name.strip()) for row in rows for name in row.split("|")[1].split(",")}
+
+
+@pytest.mark.parametrize("group", sorted(PYPROJECT["dependency-groups"]))
+def test_docs_list_each_dependency_group_as_pyproject_declares_it(group: str) -> None:
+    declared = {canonicalize_name(Requirement(line).name) for line in PYPROJECT["dependency-groups"][group]}
+    documented = _documented_group(group)
+    assert documented == declared, (
+        f"docs/dependencies.md's `{group}` group: missing {sorted(declared - documented)}, "
+        f"not in pyproject.toml {sorted(documented - declared)}"
+    )

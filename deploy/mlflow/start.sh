@@ -9,6 +9,9 @@
 #   MLFLOW_FLASK_SERVER_SECRET_KEY  CSRF key of the auth app; the same on every MLflow replica
 #   MLFLOW_AUTH_DEFAULT_PERMISSION  optional, read here only: what users get on experiments they were not
 #                                   granted (default NO_PERMISSIONS: one team's runs stay hidden from another)
+#   MLFLOW_AUTH_CACHE_TTL_SECONDS   optional, read here only: seconds a verified login is trusted without
+#                                   hashing its password again (default 0: every request hashes it, about
+#                                   0.1-1 s of CPU; a password change reaches other workers only after this)
 #
 # The ini holds the store's URI (so its password): it is written to a private temporary file, never to the image.
 set -eu
@@ -35,6 +38,7 @@ config["mlflow"] = {
     "default_permission": os.environ.get("MLFLOW_AUTH_DEFAULT_PERMISSION", "NO_PERMISSIONS"),
     "database_uri": raw(os.environ.get("MLFLOW_AUTH_DATABASE_URI") or os.environ["MLFLOW_BACKEND_STORE_URI"]),
     "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+    "auth_cache_ttl_seconds": str(int(os.environ.get("MLFLOW_AUTH_CACHE_TTL_SECONDS") or 0)),
 }
 with open(sys.argv[1], "w", encoding="utf-8") as handle:
     config.write(handle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routes import audits, datasets, jobs, keys, pool, teams
+from service.api.routes import audits, datasets, jobs, keys, models, pool, teams, webhooks
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -13,3 +13,5 @@ api_router.include_router(pool.router)
 api_router.include_router(teams.router)
 api_router.include_router(keys.router)
 api_router.include_router(datasets.router)
+api_router.include_router(models.router)
+api_router.include_router(webhooks.router)

@@ -28,9 +28,12 @@ _IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?!\w|\.\d)")  # not 
 
 _SUMMARY_KEYS = (
     "job_id", "parent_run_id", "main_metric", "trials_by_state", "cells", "best", "errors", "registered_model",
-    "tasks",
+    "registered_models", "tasks",
 )  # fmt: skip
-_REGISTERED_KEYS = ("name", "alias", "version", "uri", "error")  # the registry entry; its error text scrubbed
+# The registry entry (worker.tune.registration): this job's version of the team's model of the task, where
+# its alias `best` is and why; the error and the note scrubbed.
+_REGISTERED_KEYS = ("name", "alias", "version", "uri", "best_version", "best_uri", "alias_moved", "alias_note",
+                    "dev_score", "error")  # fmt: skip
 _CELL_KEYS = ("params", "n", "mean", "std", "trial_ids")
 _BEST_KEYS = ("params", "value", "run_id", "trial_id", "tasks")
 # A multitask job's per-task result (worker.tune.summary): over the job (`tasks`) or the best trial's own
@@ -112,8 +115,9 @@ def _registered(entry: Any) -> Any:
     if not isinstance(entry, Mapping):
         return entry
     out = _pick(entry, _REGISTERED_KEYS)
-    if isinstance(out.get("error"), str):
-        out["error"] = tenant_text(out["error"])
+    for text in ("error", "alias_note"):
+        if isinstance(out.get(text), str):
+            out[text] = tenant_text(out[text])
     return out
 
 
@@ -141,6 +145,11 @@ def public_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
             out["best"]["tasks"] = _tasks(out["best"]["tasks"])
     if "registered_model" in out:
         out["registered_model"] = _registered(out["registered_model"])
+    if "registered_models" in out:  # a grid over several tasks: one entry each
+        models = out["registered_models"]
+        out["registered_models"] = (
+            {str(t): _registered(r) for t, r in models.items()} if isinstance(models, Mapping) else {}
+        )
     if "tasks" in out:
         out["tasks"] = _tasks(out["tasks"])
     if isinstance(out.get("errors"), list):

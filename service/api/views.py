@@ -1,14 +1,19 @@
-"""Rows to API models: the public view of a job (with its MLflow links), a job's detail, a key.
+"""Rows to API models: the public view of a job (with its MLflow links), a job's detail, a key, a registered
+model.
 
 `admin` chooses the view: an admin key sees every text as stored; a team's key sees error texts without
 log tails or server paths (service.api.redact). MLflow links are handed out only when the deployment says
-its MLflow UI sits behind authentication (`mlflow_ui_protected`): the UI shows every team's runs.
+its MLflow UI sits behind authentication (`mlflow_ui_protected`). Every link is to the caller's own
+team's experiment, runs or registered models; with MLflow users per team (SMARTUNE_MLFLOW_TEAM_SECRET) the
+team's MLflow login opens exactly these and nothing of another team.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import asdict
+from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
@@ -16,6 +21,7 @@ from service.api.redact import tenant_text
 from service.config import Settings
 from service.costs import budget
 from service.costs.schemas import CostPublic
+from service.engine.registered_models import TeamModel
 from service.engine.tracking import run_url
 from service.schemas import (
     ApiKeyPublic,
@@ -23,6 +29,7 @@ from service.schemas import (
     JobDetail,
     JobPublic,
     Progress,
+    RegisteredModelPublic,
     TransitionPublic,
     TrialPublic,
 )
@@ -44,6 +51,13 @@ def _ui(settings: Settings) -> str | None:
     if uri.startswith(("http://", "https://")):
         return uri
     return LOCAL_MLFLOW_UI if uri.startswith(("sqlite:", "file:", "/")) else None
+
+
+def model_public(model: TeamModel, settings: Settings) -> RegisteredModelPublic:
+    """A team's registered model, with its page in the MLflow UI where links are handed out."""
+    ui = _ui(settings)
+    url = f"{ui.rstrip('/')}/#/models/{quote(model.name, safe='')}" if ui else None
+    return RegisteredModelPublic(**asdict(model), mlflow_url=url)
 
 
 def _text(text: str | None, admin: bool) -> str | None:

@@ -7,6 +7,7 @@ a known id). The Ray job runs the sweep driver with the spec inline, as the swee
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -17,12 +18,16 @@ from sqlalchemy.orm import Session
 from service import audits
 from service.config import Settings
 from service.engine import pool
+from service.engine.autoscaler import Autoscaler
+from service.engine.mlflow_teams import TeamAccess
 from service.engine.ray_jobs import RayJobError, RayJobExists, RayJobs, RayUnavailable
 from service.engine.scheduler import Plan, Resources
 from service.http.logs import bound_job
 from service.store import crud
 from service.store.db import Database, utcnow
 from service.store.models import Attempt, AttemptState, Job, JobKind, JobState, submission_id
+from worker.contract.model_registry import TEAM_ENV
+from worker.contract.node_types import NODE_TYPES_ENV, dump_node_types
 from worker.contract.spec import PLAN_DIGEST_ENV
 from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
 
@@ -34,9 +39,10 @@ PASSED_THROUGH = ("TOKENIZERS_PARALLELISM",)
 def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str, str], dict[str, str]]:
     """The entrypoint, environment and metadata of one attempt (the sweep driver's contract).
 
-    Each team has its own Tune storage (checkpoints are unpickled on load) and MLflow experiment; the
-    worker re-checks every file against the team's data roots; the hub is off unless the deployment
-    allows some of it (the spec's hub ids were checked against that list at submission)."""
+    Each team has its own Tune storage (checkpoints are unpickled on load), MLflow experiment and registered
+    models, and, where the deployment has MLflow users per team, its own MLflow login; the worker re-checks
+    every file against the team's data roots; the hub is off unless the deployment allows some of it (the
+    spec's hub ids were checked against that list at submission)."""
     python = settings.entrypoint_python or "python"
     entrypoint = f"{shlex.quote(python)} -m {settings.sweep_module} --job-id {job.id} --attempt {number}"
     if job.kind == JobKind.AUDIT:
@@ -47,6 +53,7 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
         "SMARTUNE_STORAGE_PATH": settings.team_storage(job.team.name),
         "MLFLOW_TRACKING_URI": settings.tracking_uri,
         "SMARTUNE_MLFLOW_EXPERIMENT": settings.team_experiment(job.team.name),
+        TEAM_ENV: job.team.name,  # its registered models: smartune-<team>-<task> (worker.contract.model_registry)
         "SMARTUNE_DATA_DIR": str(settings.data_dir),
         "SMARTUNE_DATASET_STORE": settings.dataset_store_uri,  # where trials fetch uploaded datasets by digest
         "SMARTUNE_TRIAL_PLACEMENT": settings.trial_placement,  # worker.tune.placement
@@ -57,6 +64,12 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
     }
     if settings.glue_dir is not None:
         env["SMARTUNE_GLUE_DIR"] = str(settings.glue_dir)
+    if settings.autoscaled_node_types:  # the driver waits for the autoscaler's nodes instead of refusing
+        env["SMARTUNE_WAIT_FOR_RESOURCES"] = "1"  # worker.tune.placement, worker.tune.unplaceable_guard
+        env[NODE_TYPES_ENV] = dump_node_types(settings.autoscaled_node_types)
+    login = settings.team_mlflow_login(job.team.name)
+    if login is not None:  # the team's own MLflow user (service.engine.mlflow_teams), never the admin's
+        env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"] = login
     digest = (job.estimate or {}).get("plan_digest")
     if isinstance(digest, str):  # the trials planned at submission; the driver refuses to run others
         env[PLAN_DIGEST_ENV] = digest
@@ -70,21 +83,31 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
     return entrypoint, env, metadata
 
 
+def spec_tasks(spec_json: str) -> list[str]:
+    """The tasks a stored spec names (its `task`: one name or a list), as the contract spells them."""
+    task = json.loads(spec_json).get("task") or []
+    return [str(t).lower() for t in ([task] if isinstance(task, str) else task)]
+
+
 class Dispatcher:
-    def __init__(self, *, db: Database, ray: RayJobs, settings: Settings) -> None:
+    def __init__(
+        self, *, db: Database, ray: RayJobs, settings: Settings, access: TeamAccess | None = None
+    ) -> None:
         self.db, self.ray, self.settings = db, ray, settings
+        self.access = access  # MLflow per team (service.engine.mlflow_teams); None: no users to provision
 
     def schedule(self, capacity: Resources | None) -> Plan:
         """One scheduling round: dispatch the admitted jobs, record every other job's wait reason."""
+        autoscaler = Autoscaler.of(self.settings.autoscaled_node_types)
         with self.db.sessions() as session:
             state = pool.load(
                 session,
                 default_max_jobs=self.settings.default_max_concurrent_jobs,
-                capacity=capacity,
+                capacity=pool.reach(capacity, autoscaler),
                 default_gpu_quota=self.settings.default_gpu_quota,
                 default_cpu_quota=self.settings.default_cpu_quota,
             )
-        decided = pool.plan_round(state, capacity)
+        decided = pool.plan_round(state, capacity, autoscaler)
         admitted = set(decided.admitted)
         changed = [
             {"jid": job_id, "reason": reason[:300]}
@@ -103,6 +126,8 @@ class Dispatcher:
         # a job of this round dispatched also sees why the others of the round wait.
         for job_id in decided.admitted:
             with bound_job(job_id):
+                if job_id in decided.waits:  # dispatched all the same: its driver waits for the node
+                    logger.info("job %s: %s", job_id, decided.waits[job_id])
                 self.dispatch(job_id, decided.reasons[job_id])
         return decided
 
@@ -133,7 +158,15 @@ class Dispatcher:
                 return  # cancelled meanwhile
             entrypoint, env, metadata = submission(job, number, self.settings)
             job_kind, cpus, gpus = job.kind, job.cpus_per_trial, job.gpus_per_trial
+            team, tasks = job.team.name, spec_tasks(job.spec_json)
         this_attempt = lambda j: j.attempt == number  # noqa: E731
+        if self.access is not None:
+            try:  # the team's MLflow user and registered models first: the job logs in as the team
+                self.access.ensure(team, tasks)
+            except Exception as err:  # stays SUBMITTING: the watcher submits it again on a later round
+                logger.warning("dispatch of %s-a%d postponed: MLflow access of team %s: %s", job_id, number,
+                               team, err)  # fmt: skip
+                return
         try:
             self.ray.submit(
                 submission_id=submission_id(job_id, number),

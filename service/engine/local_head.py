@@ -1,14 +1,15 @@
 """The embedded deployment's Ray head: started by `smartune serve`, stopped with it, found by `smartune stop`.
 
-`smartune serve` without `RAY_ADDRESS` needs a Ray head on this machine. It reuses one that already listens
-on the dashboard port only after checking that it is ours: it must refuse a request without a token (token
-auth on) and accept this machine's token. Otherwise it starts one as a child, `ray start --head --block`,
-which stops every Ray process it started when it receives SIGTERM. The service stops that child when it
-exits, unless told to keep it (`--keep-ray`: running sweeps then outlive the service).
+`smartune serve` without `RAY_ADDRESS` needs a Ray head on this machine. It reuses only the one this
+deployment started (its run record, below, names a head that still runs: after a crash or `--keep-ray`), after
+checking that it refuses a request without a token and accepts this deployment's. Otherwise it starts its own
+as a child, `ray start --head --block`, which stops every Ray process it started when it receives SIGTERM, on
+the ports, temp dir and token that service.engine.head_plan picks (another deployment's head on the same host
+is never attached to). The service stops its head when it exits, unless told to keep it (`--keep-ray`:
+running sweeps then outlive the service).
 
-What runs is recorded under `<data dir>/run/` (`serve.json`, `ray-head.json`: pids and addresses), so
-`smartune stop` (and `make stop`) can stop what `make run` started, also after a crash left it behind.
-A pid is signalled only while its command line is still the recorded one (pids are reused).
+What runs is recorded under `<data dir>/run/` (service.engine.run_records), so `smartune stop` (and `make
+stop`) can stop what `make run` started, also after a crash left it behind.
 
 A head on a machine with GPUs advertises their memory as the custom resource `gpu_memory_mb` (MiB, all its
 GPUs together), by which the sweep driver packs trials onto GPUs (docs/memory_packing.md). It is read with
@@ -25,12 +26,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from service.engine import head_plan
 from service.engine.ray_jobs import JobSubmissionAdapter, RayUnavailable, auth_headers, ray_executable
+from service.engine.run_records import STOP_TIMEOUT_S, record_head, recorded_head, run_dir, stop_record
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +43,6 @@ GPU_PROBE_TIMEOUT_S = 60.0  # importing torch and initialising CUDA takes 2-20 s
 # MiB of each visible GPU, as a JSON list; an empty list without CUDA.
 _GPU_PROBE = ("import json, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
               "print(json.dumps([torch.cuda.get_device_properties(i).total_memory >> 20 for i in range(n)]))")  # fmt: skip
-STOP_TIMEOUT_S = 60.0
 
 
 class HeadNotOurs(RuntimeError):
@@ -49,12 +52,10 @@ class HeadNotOurs(RuntimeError):
 @dataclass
 class LocalHead:
     address: str  # the dashboard URL, http://127.0.0.1:PORT
-    process: subprocess.Popen[bytes] | None  # the `ray start --block` child; None: an existing head reused
-    record: Path | None  # ray-head.json, when this process started the head
-
-
-def run_dir(data_dir: Path) -> Path:
-    return data_dir / "run"
+    process: subprocess.Popen[bytes] | None  # the `ray start --block` child; None: the recorded head reused
+    record: Path | None  # ray-head.json of this deployment's head (started here, or recorded and reused)
+    token: str | None = None  # the token the head checks (this deployment's)
+    said: str = ""  # one line for the startup output: reused or started, where, and why there
 
 
 def check_auth(address: str, *, token: str | None = None, timeout_s: float = 5.0) -> None:
@@ -72,8 +73,8 @@ def check_auth(address: str, *, token: str | None = None, timeout_s: float = 5.0
         )
     if ours.status_code in (401, 403):
         raise HeadNotOurs(
-            f"a Ray head at {address} refuses this machine's token (RAY_AUTH_TOKEN or ~/.ray/auth_token): it "
-            "belongs to someone else. Stop it or give another port (SMARTUNE_RAY_DASHBOARD_PORT)"
+            f"a Ray head at {address} refuses this deployment's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+            "<data dir>/ray-auth-token): it belongs to someone else. Stop it or give another port"
         )
     if ours.status_code >= 400:
         raise RayUnavailable(f"Ray dashboard at {address} answered {ours.status_code}")
@@ -124,29 +125,41 @@ def start_or_reuse(
     *,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
-    dashboard_port: int = 8265,
-    head_port: int = 6379,
+    ports: Mapping[str, int] | None = None,
+    explicit: frozenset[str] = frozenset(),
     temp_dir: Path | None = None,
     extra_args: str = "",
+    token: str | None = None,
 ) -> LocalHead:
-    """A Ray head with token auth on this machine: an existing one that passes `check_auth`, else a new
-    child `ray start --head --block` recorded in `<data dir>/run/ray-head.json`."""
-    address = f"http://127.0.0.1:{dashboard_port}"
-    try:
-        check_auth(address)
-        logger.info("reusing the Ray head at %s (token auth checked)", address)
-        return LocalHead(address, None, None)
-    except RayUnavailable:
-        pass  # nothing listens: start one
+    """This deployment's Ray head, with token auth: the one recorded in `<data dir>/run/ray-head.json` while
+    it runs, else a new child `ray start --head --block` recorded there. `ports`: `ray start` flag -> port
+    wanted (head_plan.RAY_DEFAULT_PORTS' flags), `explicit`: those the user set; `token`: the user's
+    (RAY_AUTH_TOKEN), else RAY_AUTH_TOKEN_PATH's, else the deployment's own file."""
+    secret, token_env = head_plan.deployment_token(data_dir, token, os.environ)
+    given = head_plan.given_ports(extra_args)  # SMARTUNE_RAY_START_ARGS' ports are the user's too
+    plan = head_plan.plan_head(
+        data_dir,
+        recorded=recorded_head(data_dir),
+        wanted={**(ports or {}), **given},
+        explicit=explicit | frozenset(given),
+        temp_dir=temp_dir,
+        port_free=head_plan.port_free,
+        pick_port=head_plan.pick_port,
+        ray_answers=_ray_answers,
+    )
+    if plan.reuse is not None:
+        head = LocalHead(plan.address, None, plan.reuse.record, secret, plan.said)
+        _check_recorded(head)
+        return head
     ray = ray_executable()
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env |= {"RAY_AUTH_MODE": "token", **token_env}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    subprocess.run([ray, "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
     cmd = [ray, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true"]
-    cmd += [f"--port={head_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+    cmd += ["--dashboard-host=127.0.0.1", *(f"{flag}={port}" for flag, port in plan.ports.items())]
     cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
     cmd += [f"--num-gpus={num_gpus}"] if num_gpus is not None else []
-    cmd += [f"--temp-dir={temp_dir}"] if temp_dir is not None else []
+    cmd += [f"--temp-dir={plan.temp_dir}"] if plan.temp_dir is not None else []
     cmd += resource_args(num_gpus, extra_args)
     cmd += shlex.split(extra_args)
     folder = run_dir(data_dir)
@@ -156,30 +169,46 @@ def start_or_reuse(
     # Its own session: a Ctrl-C meant for the service does not reach the head before the service stops it.
     process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     record = folder / "ray-head.json"
-    _record_head(record, process.pid, address)
-    head = LocalHead(address, process, record)
+    record_head(record, process.pid, plan.address)
+    head = LocalHead(plan.address, process, record, secret, plan.said)
     try:
         _wait_until_up(head)
     except BaseException:
         stop(head)
         raise
-    _record_head(record, process.pid, address)  # long exec'd by now: the command line `smartune stop` checks
+    record_head(
+        record, process.pid, plan.address
+    )  # long exec'd by now: the command line `smartune stop` checks
     return head
 
 
-def _record_head(record: Path, pid: int, address: str) -> None:
-    """The head's pid and command line in run/ray-head.json. Right after Popen the child may not have
-    exec'd yet (its command line is still this process's), so read it once it differs, for a moment."""
-    own, deadline = _cmdline(os.getpid()), time.monotonic() + 5
-    cmdline = _cmdline(pid)
-    while cmdline in (own, "") and time.monotonic() < deadline:
-        time.sleep(0.05)
-        cmdline = _cmdline(pid)
-    record.write_text(json.dumps({"pid": pid, "address": address, "cmdline": cmdline}))
+def _check_recorded(head: LocalHead) -> None:
+    """A recorded head must be up and take this deployment's token (one started before the deployment had
+    a token of its own, or with another RAY_AUTH_TOKEN, does not)."""
+    try:
+        try:
+            check_auth(head.address, token=head.token)
+        except RayUnavailable:  # still starting, or about to stop
+            _wait_until_up(head)
+            check_auth(head.address, token=head.token)
+    except HeadNotOurs as err:
+        raise HeadNotOurs(
+            f"{err}. It is the head this deployment started earlier ({head.record}): stop it with `smartune "
+            "stop`, then start again"
+        ) from err
+
+
+def _ray_answers(port: int) -> bool:
+    """A Ray dashboard answers on `port` (with token auth, it refuses an anonymous request)."""
+    try:
+        response = httpx.get(f"http://127.0.0.1:{port}/api/version", timeout=2)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 401 or "ray_version" in response.text
 
 
 def _wait_until_up(head: LocalHead) -> None:
-    adapter = JobSubmissionAdapter(head.address)
+    adapter = JobSubmissionAdapter(head.address, token=head.token)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if head.process is not None and head.process.poll() is not None:
@@ -194,8 +223,11 @@ def _wait_until_up(head: LocalHead) -> None:
 
 
 def stop(head: LocalHead) -> None:
-    """Stop a head this process started (SIGTERM to `ray start --block`, which stops its processes)."""
+    """Stop this deployment's head (SIGTERM to `ray start --block`, which stops its processes): the child
+    started here, or the recorded one reused."""
     if head.process is None:
+        if head.record is not None:
+            stop_record(head.record)
         return
     if head.process.poll() is None:
         head.process.send_signal(signal.SIGTERM)
@@ -206,50 +238,3 @@ def stop(head: LocalHead) -> None:
             head.process.wait()
     if head.record is not None:
         head.record.unlink(missing_ok=True)
-
-
-def record_serve(data_dir: Path, url: str) -> Path:
-    folder = run_dir(data_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "serve.json"
-    path.write_text(json.dumps({"pid": os.getpid(), "url": url, "cmdline": _cmdline(os.getpid())}))
-    return path
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # gone (or not Linux: then trust the pid's liveness alone)
-        return "" if Path("/proc").is_dir() else "?"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_recorded(data_dir: Path) -> list[str]:
-    """Stop what `<data dir>/run/` records (the service first, then the head); return what was done."""
-    done: list[str] = []
-    for name in ("serve.json", "ray-head.json"):
-        path = run_dir(data_dir) / name
-        if not path.is_file():
-            continue
-        entry = json.loads(path.read_text())
-        pid, recorded = int(entry["pid"]), str(entry["cmdline"])
-        cmdline = _cmdline(pid)
-        if _alive(pid) and (cmdline == recorded or cmdline == "?"):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-            done.append(f"stopped {name.removesuffix('.json')} (pid {pid})")
-        path.unlink(missing_ok=True)
-    return done

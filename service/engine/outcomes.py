@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.engine.sync import stop_open_trials
-from service.store import crud
+from service.store import crud, outbox
 from service.store.models import Job, JobKind, JobState
 from worker.contract.outcome import completed_trials, no_result_reason
 
@@ -56,6 +56,7 @@ def record_audit(session: Session, job: Job, report: dict[str, Any] | None) -> N
         crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
         return
     job.summary, job.summary_pending = report, False
+    outbox.audit_verdict(session, job, report)  # the team's webhooks hear the verdict
     reasons = "; ".join(str(t.get("reason", "")) for t in report.get("trials", []))
     crud.set_state(
         session=session,

@@ -2,6 +2,7 @@
 
 `load` gathers the queued jobs, every team's quota and current holdings, and what dispatched and running
 jobs reserve; `plan_round` runs the scheduler on it. The engine acts on the plan; the pool routes show it.
+With an autoscaler both take the pool's reach (service.engine.autoscaler), not only its live nodes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.engine import scheduler
+from service.engine.autoscaler import Autoscaler
 from service.engine.scheduler import Plan, QueuedJob, Resources, TeamState
 from service.store.models import ACTIVE_STATES, Job, JobState, Team, Trial
 
@@ -132,11 +134,34 @@ def free(capacity: Resources, reserved: Resources) -> Resources:
     return Resources(max(capacity.cpus - reserved.cpus, 0.0), max(capacity.gpus - reserved.gpus, 0.0))
 
 
-def plan_round(state: PoolState, capacity: Resources | None) -> Plan:
-    """The scheduler's decision on `state`; with the capacity unknown, nothing is admitted."""
+def reach(capacity: Resources | None, autoscaler: Autoscaler | None) -> Resources | None:
+    """What the pool can hold: its live capacity, or with an autoscaler the larger of it and what the
+    autoscaler may add (its ceiling alone while the pool is unread). `load` and the estimates take this."""
+    return capacity if autoscaler is None else autoscaler.reach(capacity)
+
+
+def plan_round(state: PoolState, capacity: Resources | None, autoscaler: Autoscaler | None = None) -> Plan:
+    """The scheduler's decision on `state`; with the capacity unknown, nothing is admitted. With an
+    autoscaler a job is judged by the pool's reach, a job whose trial no node (type) holds waits with that
+    reason, and an admitted job for whose first trial the live pool has no room now is told which node it
+    waits for (`Plan.waits`, also on its reason)."""
     if capacity is None:
         order = sorted(state.queued, key=lambda j: (-j.priority, j.queued_at, j.id))
         reason = "pool unknown: the Ray cluster has not answered yet"
         return Plan(order=[j.id for j in order], reasons=dict.fromkeys((j.id for j in order), reason))
     teams = {k: replace(v) for k, v in state.teams.items()}  # the plan updates its copy
-    return scheduler.plan(state.queued, teams, free(capacity, state.reserved), capacity)
+    if autoscaler is None:
+        return scheduler.plan(state.queued, teams, free(capacity, state.reserved), capacity)
+    total = autoscaler.reach(capacity)
+    never = {j.id: f"pool too small: {why}" for j in state.queued
+             if (why := autoscaler.too_large(j.cpus, j.gpus, capacity))}  # fmt: skip
+    decided = scheduler.plan(state.queued, teams, free(total, state.reserved), total, never)
+    live = Resources(capacity.cpus - state.reserved.cpus, capacity.gpus - state.reserved.gpus)  # room now
+    jobs = {j.id: j for j in state.queued}
+    for job_id in decided.admitted:
+        job = jobs[job_id]
+        if wait := autoscaler.waits_for(job.cpus, job.gpus, live):
+            decided.waits[job_id] = wait
+            decided.reasons[job_id] = f"{decided.reasons[job_id]}; {wait}"
+        live = Resources(live.cpus - job.footprint_cpus, live.gpus - job.footprint_gpus)
+    return decided

@@ -101,8 +101,12 @@ class JobSubmissionAdapter:
         token: str | None = None,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        empty_ok: bool = False,
     ) -> None:
         self.address = address if "://" in address else f"http://{address}"
+        # With an autoscaler, live nodes that offer no CPUs (a KubeRay head with num-cpus 0, its workers
+        # scaled to zero) are a pool of zero, not a pool still unread (service.engine.autoscaler).
+        self.empty_ok = empty_ok
         self._headers = auth_headers(token)
         self.timeout_s = timeout_s
         self._http = httpx.Client(
@@ -170,17 +174,21 @@ class JobSubmissionAdapter:
     def _alive_nodes(self) -> list[Any]:
         """Ray's NodeState rows of the live nodes (the state API through the dashboard)."""
         from ray.util.state.api import StateApiClient
-        from ray.util.state.common import ListApiOptions, StateResource
+        from ray.util.state.common import RAY_MAX_LIMIT_FROM_API_SERVER, ListApiOptions, StateResource
 
         try:
             client = StateApiClient(address=self.address, headers=dict(self._headers))
+            # Every node, dead ones too, filtered here: with Ray's own `state=ALIVE` filter, Ray 2.60 counts
+            # the nodes it filtered out as truncated, so once any node has died (an autoscaler removed an
+            # idle one) every read raised. The limit also cuts silently: the most the dashboard gives.
             options = ListApiOptions(
-                detail=True, filters=[("state", "=", "ALIVE")], timeout=max(1, int(self.timeout_s))
+                detail=True, limit=RAY_MAX_LIMIT_FROM_API_SERVER, timeout=max(1, int(self.timeout_s))
             )
             # A partial answer (a busy dashboard drops nodes from it) raises instead of reading low.
-            return list(client.list(StateResource.NODES, options=options, raise_on_missing_output=True))
+            nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=True)
         except Exception as err:
             raise RayUnavailable(f"Ray dashboard at {self.address}: {err}") from err
+        return [n for n in nodes if getattr(n, "state", None) == "ALIVE"]
 
     def nodes(self) -> list[dict[str, Any]]:
         """The live nodes as `{"node", "resources_total"}` (CPU, GPU, gpu_memory_mb, ...): the pool page's
@@ -193,7 +201,7 @@ class JobSubmissionAdapter:
         totals = [getattr(n, "resources_total", None) or {} for n in self._alive_nodes()]  # NodeState rows
         cpus = sum(float(t.get("CPU", 0)) for t in totals)
         gpus = sum(float(t.get("GPU", 0)) for t in totals)
-        if cpus <= 0:  # no node listed yet (a fresh head) or none with its resources: not a pool of zero
+        if not totals or (cpus <= 0 and not self.empty_ok):  # a fresh head lists no node yet: not a pool of 0
             raise RayUnavailable(f"Ray dashboard at {self.address} lists no live node with CPUs")
         return Resources(cpus=cpus, gpus=gpus)
 

@@ -9,7 +9,9 @@ unreachable only postpones a round. Among several replicas only the holder of th
 (service.engine.lease) runs rounds; the others stand by, reading only the pool's capacity, which every replica's
 submissions are judged by (`known_capacity`). The holder also runs the storage step at most every
 `storage_refresh_s` (service.storage.keeper: finished jobs' checkpoint retention, then each team's disk
-measured for the storage quotas), Ray reachable or not.
+measured for the storage quotas), Ray reachable or not, and the webhook step (service.notify.notifier:
+due deliveries handed to its own threads, so no HTTP call holds up a round). With MLflow users per team it
+also provisions every team not provisioned yet (service.engine.mlflow_teams).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import time
 from service.config import Settings
 from service.engine import lease
 from service.engine.dispatch import Dispatcher
+from service.engine.mlflow_teams import TeamAccess
 from service.engine.ray_jobs import RayJobs, RayUnavailable
 from service.engine.scheduler import Resources
 from service.engine.tracking import Tracker
 from service.engine.watch import Watcher
+from service.notify.notifier import Notifier
 from service.storage.keeper import Keeper
+from service.store import crud
 from service.store.db import Database
 
 logger = logging.getLogger(__name__)
@@ -38,15 +43,25 @@ RESCHEDULE_S = (
 
 
 class Engine:
-    def __init__(self, *, db: Database, ray: RayJobs, tracker: Tracker, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        ray: RayJobs,
+        tracker: Tracker,
+        settings: Settings,
+        access: TeamAccess | None = None,
+    ) -> None:
         self.db, self.ray, self.tracker, self.settings = db, ray, tracker, settings
+        self.access = access  # MLflow users per team (service.engine.mlflow_teams); None: none to make
         self.holder = lease.holder_id()
         self.leading = False
-        self.dispatcher = Dispatcher(db=db, ray=ray, settings=settings)
+        self.dispatcher = Dispatcher(db=db, ray=ray, settings=settings, access=access)
         self.watcher = Watcher(
             db=db, ray=ray, tracker=tracker, settings=settings, resubmit=self.dispatcher.submit
         )
         self.storage = Keeper(db=db, settings=settings)  # disk measured, checkpoints retained
+        self.notifier = Notifier(db=db, settings=settings)  # webhook deliveries, in its own threads
         self.capacity: Resources | None = None
         self.capacity_error: str | None = None  # why the last read of the capacity failed, if it did
         self.reconciled = False
@@ -68,6 +83,7 @@ class Engine:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.notifier.stop()
         if self.leading:
             try:
                 lease.release(self.db.write_sessions, lease.ENGINE_LEASE, self.holder)
@@ -121,6 +137,20 @@ class Engine:
             logger.exception("engine round failed")
         if self.leading:  # Ray down or not: retention and the teams' disk, every storage_refresh_s at most
             self.storage.tick()
+            self.notifier.tick()  # due webhook deliveries started (never blocks on HTTP), budgets checked
+            self._provision_teams()
+
+    def _provision_teams(self) -> None:
+        """New teams' MLflow users, experiments and grants (service.engine.mlflow_teams), Ray down or not."""
+        if self.access is None:
+            return
+        try:
+            with self.db.sessions() as session:
+                teams = [team.name for team in crud.list_teams(session=session)]
+        except Exception:
+            logger.exception("could not list the teams to provision their MLflow users")
+            return
+        self.access.ensure_teams(teams)
 
     def refresh_capacity(self, force: bool = False) -> Resources | None:
         """The pool's capacity, read again once `capacity_ttl_s` has passed. A failed read keeps the last

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -58,6 +59,8 @@ class Plan:
     admitted: list[str] = field(default_factory=list)  # in admission order
     order: list[str] = field(default_factory=list)  # every queued job, in the order it was considered
     reasons: dict[str, str] = field(default_factory=dict)  # job id -> why it waits / why it was admitted
+    # admitted job id -> what it waits for once dispatched: the autoscaler's node (service.engine.autoscaler)
+    waits: dict[str, str] = field(default_factory=dict)
 
 
 def _gpus(n: float) -> str:
@@ -98,8 +101,17 @@ def _pool_reason(job: QueuedJob, free: Resources, total: Resources) -> str | Non
     return None
 
 
-def plan(queued: list[QueuedJob], teams: dict[int, TeamState], free: Resources, total: Resources) -> Plan:
-    """Decide one scheduling round. `teams` is updated in place with what the admitted jobs take."""
+def plan(
+    queued: list[QueuedJob],
+    teams: dict[int, TeamState],
+    free: Resources,
+    total: Resources,
+    never: Mapping[str, str] | None = None,
+) -> Plan:
+    """Decide one scheduling round. `teams` is updated in place with what the admitted jobs take. `never`:
+    jobs no node could ever hold, with the reason (the caller knows the nodes; `total` is pool-wide): they
+    wait with it and hold back nothing."""
+    never = never or {}
     result = Plan()
     by_team: dict[int, list[QueuedJob]] = defaultdict(list)
     for job in queued:
@@ -130,7 +142,9 @@ def plan(queued: list[QueuedJob], teams: dict[int, TeamState], free: Resources, 
                 result.reasons[rest.id] = reason
             result.order.extend(j.id for j in by_team[team_id][index + 1 :])
             continue
-        if quota_reason := _quota_reason(team, job):
+        if job.id in never:
+            result.reasons[job.id] = never[job.id]
+        elif quota_reason := _quota_reason(team, job):
             result.reasons[job.id] = quota_reason
         elif pool_reason := _pool_reason(job, Resources(cpus, gpus), total):
             result.reasons[job.id] = pool_reason

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.engine.registered_models import TeamModel, team_models
 from service.series import Series, clean, downsample
 from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, PROVENANCE_PREFIX, STATE, TRIAL
 
@@ -76,6 +77,10 @@ class Tracker(Protocol):
     ) -> Curves:
         """The history of each of `keys` for the latest run of every trial of the job, each series at
         most `max_points` long (service.series.downsample); a trial lacks the keys it never logged."""
+        ...
+
+    def models(self, team: str) -> list[TeamModel]:
+        """The team's registered models, one per task (service.engine.registered_models)."""
         ...
 
 
@@ -265,6 +270,9 @@ class MlflowTracker:
                 return None
             loaded = json.loads(Path(path).read_text())
         return loaded if isinstance(loaded, dict) else None
+
+    def models(self, team: str) -> list[TeamModel]:
+        return team_models(self.client, team)
 
     def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         ended = 0

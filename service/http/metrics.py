@@ -41,6 +41,7 @@ from sqlalchemy import and_, func, select, text
 from starlette.requests import Request
 
 from service.engine import pool
+from service.engine.autoscaler import Autoscaler
 from service.engine.scheduler import Resources
 from service.store.db import Database
 from service.store.models import ACTIVE_STATES, Job, JobState, Team
@@ -157,7 +158,8 @@ class PoolCollector(Collector):
         if db is None or engine is None:
             raise RuntimeError("the app has not started")
         capacity: Resources | None = engine.capacity
-        snapshot = read_snapshot(db, capacity, timeout_s=self.timeout_s)
+        autoscaler = Autoscaler.of(engine.settings.autoscaled_node_types)  # trials at once: on its reach
+        snapshot = read_snapshot(db, pool.reach(capacity, autoscaler), timeout_s=self.timeout_s)
         teams = sorted({team for team, _ in snapshot.jobs} | set(snapshot.reserved))
         states = [s.value for s in JobState]
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import security
 from service.costs import budget
 from service.schemas import TeamCreate, TeamUpdate
-from service.store import dashboard_sessions
+from service.store import dashboard_sessions, outbox
 from service.store.db import utcnow
 from service.store.models import (
     ACTIVE_STATES,
@@ -162,6 +162,7 @@ def set_state(*, session: Session, job: Job, state: JobState, reason: str) -> No
     if state == JobState.RUNNING and job.started_at is None:
         job.started_at = now
     record_transition(session=session, job=job, from_state=before, reason=reason)
+    outbox.job_changed(session, job, before)  # the team's webhooks hear of an end, in this transaction
     session.flush()
 
 

@@ -24,6 +24,28 @@ def test_a_single_task_job_names_its_registered_model(capsys: pytest.CaptureFixt
     assert capsys.readouterr().out.endswith("model: not registered: no trial completed\n")
 
 
+def test_a_job_names_its_version_of_the_teams_model_and_where_best_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    registered = {
+        "name": "smartune-nlp-rte",
+        "version": "3",
+        "uri": "models:/smartune-nlp-rte/3",
+        "best_version": "2",
+    }
+    _summary({"job_id": "job-1", "cells": [CELL], "registered_model": registered}, "job-1")
+    assert capsys.readouterr().out.endswith(
+        "model: models:/smartune-nlp-rte/3 (version 3; best: version 2)\n"
+    )
+    mrpc = {"name": "smartune-nlp-mrpc", "version": None, "error": "no trial completed"}
+    both = {"rte": registered, "mrpc": mrpc}
+    _summary({"cells": [CELL], "registered_model": registered, "registered_models": both}, "job-1")
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "model (mrpc): not registered: no trial completed",
+        "model (rte): models:/smartune-nlp-rte/3 (version 3; best: version 2)",
+    ]
+
+
 def test_a_multitask_job_lists_each_task_with_its_model(capsys: pytest.CaptureFixture[str]) -> None:
     tasks: dict[str, Any] = {
         "stsb": {"value": 0.81234, "stage": "joint", "epoch": 2, "trial_id": "t2",

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from service.config import Settings
 from tests.deploy.support import DEPLOY, ROOT
+from tests.support.dockerfile import instructions
 
 DOCKERFILES = sorted(DEPLOY.glob("*.Dockerfile"))
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -28,23 +30,6 @@ HADOLINT_IGNORED = [
     # version stops resolving at the next security update; the base image's tag pins the release instead.
     "DL3008",
 ]
-
-
-def instructions(path: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
-    result: list[tuple[str, str]] = []
-    pending = ""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        keyword, _, arguments = (pending + line).partition(" ")
-        result.append((keyword.upper(), arguments.strip()))
-        pending = ""
-    return result
 
 
 def dockerignore() -> list[str]:
@@ -170,7 +155,19 @@ def test_service_group_matches_the_project_pins() -> None:
         assert requirement.extras <= pinned.extras, requirement
     names = {canonicalize_name(r.name) for r in group}
     assert not names & {"torch", "transformers", "tokenizers", "safetensors"}
-    assert {"fastapi", "sqlalchemy", "alembic", "uvicorn", "psycopg2-binary", "ray", "mlflow-skinny"} <= names
+    # What compose's `api` configuration loads: PostgreSQL (psycopg2), the S3 dataset store and storage path
+    # (boto3), Ray's state API, MLflow's client; tests/integration/test_image_environments.py runs it.
+    required = {
+        "fastapi",
+        "sqlalchemy",
+        "alembic",
+        "uvicorn",
+        "psycopg2-binary",
+        "ray",
+        "mlflow-skinny",
+        "boto3",
+    }
+    assert required <= names
 
 
 def test_worker_and_mlflow_images_use_the_project_pins() -> None:
@@ -187,3 +184,25 @@ def test_worker_and_mlflow_images_use_the_project_pins() -> None:
         Requirement(word.strip('"')) for word in mlflow.split() if word.startswith('"psycopg2-binary')
     ]
     assert project["psycopg2-binary"].specifier.contains(next(iter(psycopg.specifier)).version)
+
+
+@pytest.mark.parametrize("image", ["service", "worker"])
+def test_images_copy_every_package_of_the_project(image: str) -> None:
+    """`pip install --no-deps .` installs the packages the build context holds: one not copied is missing
+    from the image (the CLI imports the SDK, `smartune`, at start)."""
+    included = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in included}
+    copied = {shlex.split(a)[0] for k, a in instructions(DEPLOY / f"{image}.Dockerfile") if k == "COPY"}
+    assert packages <= copied, f"{image}.Dockerfile does not copy {sorted(packages - copied)}"
+
+
+def test_mlflow_image_pins_the_locked_versions() -> None:
+    """The MLflow image names its packages itself (it installs no project code): at requirements.lock's pins."""
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    pinned = [line.split(" ")[0].split("==", 1) for line in lines if "==" in line and line[0] not in " #"]
+    locked = {canonicalize_name(name): version for name, version in pinned}
+    runs = " ".join(a for k, a in instructions(DEPLOY / "mlflow.Dockerfile") if k == "RUN")
+    pins = [Requirement(word.strip('"')) for word in runs.split() if "==" in word]
+    assert pins, "the MLflow image pins no version"
+    for pin in pins:
+        assert pin.specifier == SpecifierSet(f"=={locked[canonicalize_name(pin.name)]}"), pin

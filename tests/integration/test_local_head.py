@@ -1,6 +1,7 @@
 """The embedded deployment's lifecycle with real processes: `smartune serve` starts a Ray head and stops
-it at exit; a second service reuses that head only after checking its auth and leaves it running; a head
-left behind by a crashed service is stopped by `smartune stop`; a head without token auth is refused."""
+it at exit; another deployment never attaches to it unless it names it (RAY_ADDRESS and its token), and then
+leaves it running; a head left behind by a crashed service is reused by the next start and stopped by
+`smartune stop`; a head without token auth is refused. Two deployments side by side: test_shared_host.py."""
 
 from __future__ import annotations
 
@@ -74,34 +75,63 @@ def _stop_cli(data_dir: Path, env: dict[str, str]) -> str:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=180).stdout
 
 
-def test_serve_stops_its_head_a_reuser_leaves_it_and_stop_cleans_up_after_a_crash(
+def test_serve_stops_its_head_another_deployment_gets_no_attach_and_a_crash_is_recovered(
     ray_env: dict[str, str], tmp_path: Path
 ) -> None:
-    dashboard = f"http://127.0.0.1:{ray_env['SMARTUNE_RAY_DASHBOARD_PORT']}/api/version"
+    """A second deployment given the first one's ports is refused, naming the variable (it never attaches to
+    a head it did not start); one that names the head (RAY_ADDRESS and the first's token file) uses it and
+    leaves it running. The first service crashes: its head survives, the next start reuses it by its run
+    record, and after a second crash `smartune stop` stops it."""
+    dashboard = f"http://127.0.0.1:{ray_env['SMARTUNE_RAY_DASHBOARD_PORT']}"
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     first, url = _serve(ray_env, first_dir)
+    second: subprocess.Popen[str] | None = None
     try:
         assert (first_dir / "run" / "ray-head.json").is_file() and (
             first_dir / "run" / "serve.json"
         ).is_file()
         assert httpx.get(f"{url}/readyz", timeout=10).json()["ray"] == "ok"
-        # A second service on the same head port reuses it (auth checked) and, at exit, leaves it running.
-        second, _ = _serve(ray_env, second_dir)
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(second_dir),
+        ]
+        refused = subprocess.run(cmd, env=ray_env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "smartune serve: error: SMARTUNE_RAY_HEAD_PORT: port" in refused.stderr, refused.stderr
+        assert "RAY_ADDRESS" in refused.stderr and not (second_dir / "run" / "ray-head.json").exists()
+        # Named outright, the head is used and, at exit, left running.
+        named = ray_env | {"RAY_ADDRESS": dashboard, "RAY_AUTH_TOKEN_PATH": str(first_dir / "ray-auth-token")}
+        second, second_url = _serve(named, second_dir)
+        assert httpx.get(f"{second_url}/readyz", timeout=10).json()["ray"] == "ok"
         assert not (second_dir / "run" / "ray-head.json").exists()
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0  # a clean exit on SIGTERM
-        assert _answers(dashboard)
-        # The first service crashes: its head (its own session) survives it, recorded...
+        assert _answers(f"{dashboard}/api/version")
+        # The first service crashes: its head (its own session) survives it, recorded; the next start
+        # reuses it...
         first.kill()
         first.wait(30)
-        assert _answers(dashboard)
+        assert _answers(f"{dashboard}/api/version")
+        first, _ = _serve(ray_env, first_dir)
+        said = "".join(log.read_text() for log in tmp_path.glob("serve-*.log"))
+        assert f"reusing this deployment's Ray head at {dashboard}" in said, said
+        first.kill()
+        first.wait(30)
         # ...and `smartune stop` stops it.
         said = _stop_cli(first_dir, ray_env)
         assert "stopped ray-head" in said, said
-        _wait(lambda: not _answers(dashboard), 60, "the head to stop")
+        _wait(lambda: not _answers(f"{dashboard}/api/version"), 60, "the head to stop")
         assert not (first_dir / "run" / "ray-head.json").exists()
     finally:
         first.kill()
+        if second is not None:
+            second.kill()
         _stop_cli(first_dir, ray_env)
 
 
@@ -148,7 +178,7 @@ def test_a_head_without_the_expected_auth_is_not_reused(handler: type, said: str
 
 
 def test_the_recorded_pid_is_signalled_only_while_it_runs_the_recorded_program(tmp_path: Path) -> None:
-    from service.engine.local_head import run_dir, stop_recorded
+    from service.engine.run_records import run_dir, stop_recorded
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:

@@ -80,8 +80,9 @@ def test_a_multitask_job_gives_each_task_its_result_and_registered_model(server:
     assert set(results["tasks"]) == set(results["best"]["tasks"]) == {"rte", "stsb"}
     for task, result in results["tasks"].items():
         assert result["stage"] in ("joint", "finetune") and result["trial_id"] == results["best"]["trial_id"]
-        assert result["registered_model"] == {"name": f"smartune-{job_id}-{task}", "alias": "best",
-                                              "version": "1", "uri": f"models:/smartune-{job_id}-{task}@best"}  # fmt: skip
+        registered, name = result["registered_model"], f"smartune-nlp-{task}"  # the team's model of the task
+        assert registered["name"] == name and registered["uri"] == f"models:/{name}/{registered['version']}"
+        assert registered["best_uri"] == f"models:/{name}@best" and registered["alias_note"]
 
 
 def test_auth_negatives_over_http(server: Server) -> None:

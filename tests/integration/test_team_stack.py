@@ -5,12 +5,15 @@ Ray node with a logical GPU, and the API configured only through the environment
 compose file gives the `api` service (plus the harness's few, named below), its migrations run first by
 `smartune migrate --wait` as the compose prestart step does.
 
-A tiny job submitted over HTTP succeeds with its trial on the GPU node; its runs, metrics and checkpoint
-are found in the MLflow server through the MLflow client; its Tune checkpoints are in S3. Then (slow) the
-Ray head dies mid-job, a new one comes up, and the job resumes from the S3 checkpoints."""
+A tiny job submitted over HTTP succeeds with its trial on the GPU node, logging in to MLflow as its team's
+user (the nodes hold no MLflow login); its runs, metrics, checkpoint and registered model are found in the
+MLflow server through the MLflow client; its Tune checkpoints are in S3; another team's MLflow user, made
+when the team was, gets 403 on them. Then (slow) the Ray head dies mid-job, a new one comes up, and the
+job resumes from the S3 checkpoints."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import subprocess
@@ -46,6 +49,7 @@ from tests.support.teamstack import (
 
 COMPOSE = REPO / "docker-compose.yml"
 MLFLOW_USER, MLFLOW_PASSWORD = "admin", "stack-mlflow-secret"
+MLFLOW_TEAM_SECRET = "stack-mlflow-team-secret-0123456789abcdef"  # derives each team's MLflow password
 METRICS_TOKEN = "stack-metrics-token-0123456789"
 # Only what a native run needs beyond the compose file's variables: the venv's python for the Ray job's
 # entrypoint (the images have one python), the GLUE copy (mounted in the compose stack), a faster engine.
@@ -114,6 +118,7 @@ def _api_env(
         "MLFLOW_TRACKING_URI": stack_urls["mlflow"],
         "MLFLOW_TRACKING_USERNAME": MLFLOW_USER,
         "MLFLOW_TRACKING_PASSWORD": MLFLOW_PASSWORD,
+        "SMARTUNE_MLFLOW_TEAM_SECRET": MLFLOW_TEAM_SECRET,
         "SMARTUNE_STORAGE_PATH": "s3://smartune/ray_results",
         "SMARTUNE_MLFLOW_UI_URL": stack_urls["mlflow"],
         "SMARTUNE_MLFLOW_UI_PROTECTED": "true",
@@ -149,8 +154,8 @@ def stack(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, glue_dir
         mlflow = start_mlflow_server(backend_uri=mlflow_db, auth_db_uri=auth_db, artifacts="s3://smartune/mlflow",
                                      env=store.env, username=MLFLOW_USER, password=MLFLOW_PASSWORD)  # fmt: skip
         started.append(mlflow)
-        node_env = store.env | {"MLFLOW_TRACKING_USERNAME": MLFLOW_USER, "MLFLOW_TRACKING_PASSWORD": MLFLOW_PASSWORD,
-                                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+        # No MLflow login on the nodes (the compose file gives them none): each job brings its team's.
+        node_env = store.env | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         head = start_ray_head(num_cpus=1, num_gpus=0, env=node_env)
         started.append(head)
         worker = start_ray_worker(_gcs(head), num_cpus=2, num_gpus=1, env=node_env)
@@ -178,13 +183,15 @@ def stack(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, glue_dir
 
 @pytest.fixture
 def mlflow_client(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An MLflow client of the stack's server, with the credentials a user would export."""
+    """An MLflow client of the stack's server, logged in as its admin (who reads every team's runs)."""
 
     def client(stack: Stack) -> Any:
         from mlflow import MlflowClient
 
         for name, value in stack.node_env.items():
             monkeypatch.setenv(name, value)
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", MLFLOW_USER)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", MLFLOW_PASSWORD)
         return MlflowClient(stack.mlflow.url)
 
     return client
@@ -228,6 +235,22 @@ def test_the_compose_api_environment_is_enough_for_a_job(
     assert (checkpoint / "config.json").is_file() and list(checkpoint.glob("*.safetensors"))
     assert any("best_checkpoint" in key for key in stack.store.keys("mlflow/")), "no MLflow artifact in S3"
     assert any("/checkpoint_" in key for key in stack.store.keys("ray_results/stack/"))
+    # The job logged in as its team's MLflow user, which the API created: its model is the team's, and the
+    # team's login (what `smartune admin mlflow-login stack` prints) reads the run.
+    version = client.get_model_version_by_alias("smartune-stack-rte", "best")
+    assert version.tags["smartune.job_id"] == job["id"]
+
+    def read_run(team: str) -> int:
+        url = f"{stack.mlflow.url}/api/2.0/mlflow/runs/get"
+        login = (
+            f"smartune-team-{team}",
+            hmac.new(MLFLOW_TEAM_SECRET.encode(), team.encode(), "sha256").hexdigest(),
+        )
+        return httpx.get(url, params={"run_id": run.info.run_id}, auth=login, timeout=10).status_code
+
+    assert read_run("stack") == 200
+    _team(stack, "other")  # its MLflow user comes with the engine's next round: then 403, not 401
+    wait_for(lambda: read_run("other") == 403, 60, "team other's MLflow user, refused team stack's run")
 
 
 def _gpu_node_id(stack: Stack) -> str:

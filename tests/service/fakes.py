@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.engine.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
+from service.engine.registered_models import TeamModel
 from service.engine.scheduler import Resources
 from service.engine.tracking import Curves, JobRuns, TrialRun
 from service.series import Series, downsample
@@ -112,6 +113,7 @@ class FakeTracker:
     # job id -> trial id -> metric key -> its history (step = epoch), as MLflow's metric history holds it
     histories: dict[str, dict[str, dict[str, Series]]] = field(default_factory=dict)
     curve_reads: int = 0
+    registered: dict[str, list[TeamModel]] = field(default_factory=dict)  # team -> its registered models
 
     def _read(self, experiment: str | None) -> None:
         self.experiments.append(experiment)
@@ -145,6 +147,10 @@ class FakeTracker:
             trial_id: {k: downsample(v, max_points) for k, v in metrics.items() if k in keys}
             for trial_id, metrics in self.histories.get(job_id, {}).items()
         }
+
+    def models(self, team: str) -> list[TeamModel]:
+        self._read(None)
+        return list(self.registered.get(team, []))
 
     # test helpers
     def log_epoch(self, job_id: str, trial_id: str, epoch: int, **metrics: float) -> None:

@@ -20,6 +20,7 @@ from service.store.db import Database, connect
 from tests.service.dataset_utils import rte_files, rte_tsv
 from tests.service.fakes import FakeRay, FakeTracker, summary_for
 from tests.service.utils import auth, make_team, spec, submit
+from tests.service.webhook_utils import URL, Receiver
 
 
 def test_openapi_lists_every_route_with_auth_and_examples(client: TestClient) -> None:
@@ -39,6 +40,9 @@ def test_openapi_lists_every_route_with_auth_and_examples(client: TestClient) ->
         "/api/v1/teams/{name}/keys",
         "/api/v1/keys/me",
         "/api/v1/keys/{key_id}",
+        "/api/v1/webhooks",
+        "/api/v1/webhooks/{webhook_id}",
+        "/api/v1/webhooks/{webhook_id}/deliveries",
         "/healthz",
         "/readyz",
     ]:
@@ -99,6 +103,7 @@ def _valid_body(op: Op) -> Any:
         ("POST", "/api/v1/teams"): {"name": "speech"},
         ("PATCH", "/api/v1/teams/{name}"): {"weight": 2},
         ("POST", "/api/v1/teams/{name}/keys"): {"name": "ci"},
+        ("POST", "/api/v1/webhooks"): {"url": URL},
     }.get(op)
 
 
@@ -200,6 +205,24 @@ def datasets_probed(probe: Prober, client: TestClient, db: Database, team_key: s
     probe(UPLOAD, "over the storage quota", full, {}, data={"name": "x", "task": "rte"}, **files)
 
 
+def webhooks_probed(probe: Prober, client: TestClient, team_key: str, admin_key: str) -> str:
+    """The webhook routes' answers the passes cannot bring about; the id of a webhook of team nlp."""
+    hooks = ("POST", "/api/v1/webhooks")
+    real = probe(hooks, "setup", team_key, {}, json={"url": URL}).json()["id"]
+    probe(hooks, "admin registers", admin_key, {}, json={"url": URL})  # 403: a webhook is a team's
+    probe(hooks, "a loopback URL", team_key, {}, json={"url": "http://127.0.0.1:9/x"})  # 422
+    settings = client.app.state.settings  # type: ignore[attr-defined]
+    limit, settings.webhook_max_per_team = settings.webhook_max_per_team, 1
+    probe(hooks, "past the team's limit", team_key, {}, json={"url": URL})  # 409
+    settings.webhook_max_per_team = limit
+    for op in (
+        ("GET", "/api/v1/webhooks/{webhook_id}/deliveries"),
+        ("DELETE", "/api/v1/webhooks/{webhook_id}"),
+    ):
+        probe(op, "not a number", team_key, {"webhook_id": "x"})  # 422
+    return str(real)
+
+
 def _unreachable(tmp_path: Path) -> Database:
     folder = tmp_path / "gone"
     db = connect(f"sqlite:///{folder / 'x.db'}", timeout_s=0.5)
@@ -216,6 +239,7 @@ def test_the_document_declares_every_status_and_body_the_routes_send(
     team_key: str,
     admin_key: str,
     tmp_path: Path,
+    receiver: Receiver,
 ) -> None:
     doc = client.get("/openapi.json").json()
     Draft202012Validator.check_schema({"components": doc["components"]})
@@ -230,8 +254,15 @@ def test_the_document_declares_every_status_and_body_the_routes_send(
     queued = submit(client, team_key)["id"]
     spare = security.parse_key_id(make_team(db, "spare")) or ""
     real = {"job_id": queued, "name": "nlp", "key_id": spare, "version": "1"}
-    unknown = {"job_id": "job-nope", "name": "nope", "key_id": "000000000000", "version": "0"}
+    unknown = {
+        "job_id": "job-nope",
+        "name": "nope",
+        "key_id": "000000000000",
+        "version": "0",
+        "webhook_id": "999999",
+    }
     datasets_probed(probe, client, db, team_key, admin_key)
+    real["webhook_id"] = webhooks_probed(probe, client, team_key, admin_key)
 
     # 2xx (and 409 for what they changed) with real resources; then 404s, 401s, 403s
     results = ("GET", "/api/v1/jobs/{job_id}/results")
@@ -255,6 +286,7 @@ def test_the_document_declares_every_status_and_body_the_routes_send(
     probe.every("team key", real, key=team_key)
     logs = ("GET", "/api/v1/jobs/{job_id}/logs")
     probe(logs, "no such attempt", team_key, {"job_id": done}, params={"attempt": 9})
+    probe(("GET", "/api/v1/models"), "no such team", admin_key, {}, params={"team": "nope"})
 
     # bodies and query values
     for op, operation in probe.ops.items():
@@ -324,7 +356,10 @@ def test_the_422_schema_is_the_body_sent(client: TestClient, team_key: str) -> N
 def test_a_method_not_allowed_lists_every_method_of_the_path(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     for path, operations in doc["paths"].items():
-        url = _fill(path, {"job_id": "job-x", "name": "nlp", "key_id": "000000000000", "version": "1"})
+        url = _fill(
+            path,
+            {"job_id": "job-x", "name": "nlp", "key_id": "000000000000", "version": "1", "webhook_id": "1"},
+        )
         for method in ("OPTIONS", "PUT", "HEAD"):
             if method.lower() in operations:
                 continue

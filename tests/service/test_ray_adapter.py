@@ -91,3 +91,33 @@ def test_a_pool_listed_without_cpus_is_unknown_not_zero(
     monkeypatch.setattr(StateApiClient, "list", lambda *_a, **_kw: nodes)
     with pytest.raises(RayUnavailable, match="no live node"):
         adapter(lambda r: httpx.Response(200)).capacity()
+
+
+def test_dead_nodes_are_dropped_here_and_an_autoscaled_pool_may_read_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray 2.60's own `state=ALIVE` filter made every read raise once a node had died (an autoscaler removing
+    an idle node: tests/integration/test_autoscaling_server.py), so every node is listed, as many as the
+    dashboard gives, and the dead ones dropped here. A head that offers no CPUs, its workers scaled to zero,
+    is a pool of zero only where an autoscaler will add the rest (`empty_ok`)."""
+    from ray.util.state.api import StateApiClient
+    from ray.util.state.common import RAY_MAX_LIMIT_FROM_API_SERVER, ListApiOptions
+
+    from service.engine.scheduler import Resources
+
+    asked: list[ListApiOptions] = []
+
+    def listing(_client: object, _resource: object, options: ListApiOptions, **_kw: object) -> list[object]:
+        asked.append(options)
+        node = type("Node", (), {})
+        dead, head = node(), node()
+        dead.state, dead.resources_total = "DEAD", {"CPU": 8.0, "GPU": 1.0}  # type: ignore[attr-defined]
+        head.state, head.resources_total = "ALIVE", {"memory": 1e9}  # type: ignore[attr-defined]
+        return [dead, head]
+
+    monkeypatch.setattr(StateApiClient, "list", listing)
+    with pytest.raises(RayUnavailable, match="no live node with CPUs"):
+        adapter(lambda r: httpx.Response(200)).capacity()  # without an autoscaler: not read yet
+    scaled = JobSubmissionAdapter("127.0.0.1:8265", token="t", empty_ok=True)
+    assert scaled.capacity() == Resources(0.0, 0.0)  # the dead node's GPU is not counted
+    assert asked[0].filters == [] and asked[0].limit == RAY_MAX_LIMIT_FROM_API_SERVER

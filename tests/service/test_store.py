@@ -25,7 +25,7 @@ def test_migrations_build_exactly_the_models(empty_db_url: str) -> None:
         )
         assert diff == []
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    assert version == "0008"
+    assert version == "0009"
     assert {"teams", "api_keys", "jobs", "attempts", "trials", "job_transitions"} <= set(
         inspect(db.engine).get_table_names()
     )

@@ -248,6 +248,20 @@ def test_the_registered_model_is_shown_without_run_ids_or_paths() -> None:
                      "error": "see <path>"}  # fmt: skip
 
 
+def test_a_teams_model_version_shows_where_best_is_and_why() -> None:
+    """The registry entry of worker.tune.registration, and one per task of a grid over tasks."""
+    entry = {"name": "smartune-nlp-rte", "alias": "best", "version": "3", "uri": "models:/smartune-nlp-rte/3",
+             "best_uri": "models:/smartune-nlp-rte@best", "best_version": "2", "alias_moved": False,
+             "alias_note": "best stays at version 2: dev accuracy 0.6500 does not beat 0.7000", "dev_score": 0.65,
+             "model_uri": "models:/m-1", "run_id": "r1", "trial_id": "t1"}  # fmt: skip
+    shown = public_summary(
+        summary_for("job-1") | {"registered_model": entry, "registered_models": {"rte": entry}}
+    )
+    public = {k: v for k, v in entry.items() if k not in ("model_uri", "run_id", "trial_id")}
+    assert shown["registered_model"] == public and shown["registered_models"] == {"rte": public}
+    assert public_summary(summary_for("job-1") | {"registered_models": "odd"})["registered_models"] == {}
+
+
 def test_a_multitask_summary_shows_each_task_without_paths() -> None:
     """`tasks` (over the job) and `best.tasks` (the best trial's own) reach a tenant; nothing unlisted does."""
     registered = {"name": "smartune-job-1-rte", "alias": "best", "version": "1", "uri": "models:/smartune-job-1-rte@best",

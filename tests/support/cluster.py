@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,10 +132,11 @@ def start_ray_head(
     num_gpus: int = 2,
     ports: dict[str, int] | None = None,
     env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> RayHead:
     """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with
-    token auth and logical GPUs. Its temp folder is short: Ray's AF_UNIX sockets live there, and pytest's
-    temp paths exceed the 107-byte limit."""
+    token auth and logical GPUs, and `args` (more `ray start` flags). Its temp folder is short: Ray's
+    AF_UNIX sockets live there, and pytest's temp paths exceed the 107-byte limit."""
     tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
     env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
     subprocess.run(
@@ -145,7 +146,7 @@ def start_ray_head(
     cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats"]
     cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=true"]
     cmd += ["--dashboard-host=127.0.0.1", f"--temp-dir={tmp / 'ray'}"]
-    cmd += [f"{flag}={port}" for flag, port in ports.items()]
+    cmd += [f"{flag}={port}" for flag, port in ports.items()] + list(args)
     log = tmp / "ray-head.log"
     process = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True

@@ -41,11 +41,24 @@ def ray_cluster() -> Iterator[dict[str, float]]:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     started = not ray.is_initialized()
     if started:
-        # address="local": a fresh cluster even when someone runs `ray start` on this machine.
-        ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False)
+        _init_local_cluster(ray)
     yield ray.cluster_resources()
     if started:
         ray.shutdown()
+
+
+def _init_local_cluster(ray: Any, attempts: int = 3) -> None:
+    """address="local": a fresh cluster even when someone runs `ray start` on this machine. Ray waits a fixed
+    30 s for its raylet to register; on 2 busy cores (the other xdist worker starting its own cluster, a
+    server, a training) that can pass, so a start that timed out is tried again on a clean slate."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False)
+            return
+        except Exception as err:  # Ray raises a bare Exception: "The current node timed out during startup"
+            ray.shutdown()
+            if "timed out during startup" not in str(err) or attempt == attempts:
+                raise
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,9 @@ job's runs by `JOB` and reads each trial's state, attempt, cell and error class 
   has trained to its end, that checkpoint as an MLflow model of the transformers flavour (MODEL_URI,
   `models:/<model id>`; MODEL_ERROR when it could not be logged); the training data as a dataset input;
   `system/...` metrics.
-- registry: the best trial's model is a version of the registered model `smartune-<job id>` with the
-  alias `best`; the parent run names it (REGISTERED_MODEL, REGISTERED_VERSION, or REGISTRY_ERROR).
+- registry: the best trial's model of each task is this job's version of the team's registered model
+  `smartune-<team>-<task>` (worker.contract.model_registry: its names and version tags); the parent run
+  names it (REGISTERED_MODEL, REGISTERED_VERSION, or REGISTRY_ERROR).
 """
 
 from __future__ import annotations
@@ -45,5 +46,5 @@ PROVENANCE_PREFIX = "smartune.prov."
 MODEL_URI = "smartune.model_uri"  # child: `models:/<id>`, the best checkpoint as a transformers-flavour model
 MODEL_ERROR = "smartune.model_error"  # child: why that model could not be logged (the trial still counts)
 REGISTERED_MODEL = "smartune.registered_model"  # parent: the registered model holding the best trial's model
-REGISTERED_VERSION = "smartune.registered_version"  # parent: its version that the alias `best` names
+REGISTERED_VERSION = "smartune.registered_version"  # parent: this job's version of it
 REGISTRY_ERROR = "smartune.registry_error"  # parent: why the best trial's model could not be registered

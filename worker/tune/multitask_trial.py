@@ -14,8 +14,8 @@ epoch, or one fine-tuning epoch of one task):
 - a task whose dev score beat its best so far gets its model as it stands (the shared encoder and its
   head in the joint stage, its fine-tuned copy after) as its run's `best_checkpoint`
   (worker.tune.best_model); once the trial has trained to its end, each task's run logs that checkpoint
-  as an MLflow model. At the end of the sweep, each task's best model over the trials is registered as
-  `smartune-<job id>-<task>` with the alias `best` (`register_task_bests`).
+  as an MLflow model. At the end of the sweep, each task's best model over the trials becomes this job's
+  version of the team's `smartune-<team>-<task>` (`register_task_bests`, worker.tune.registration).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from worker.contract.model_registry import ALIAS, registered_model_name
 from worker.contract.multitask import MultitaskPlan
 from worker.contract.tags import BEST_EPOCH, JOB, KIND, MODEL_URI, PARENT
 from worker.contract.tasks import get_task
@@ -36,7 +37,7 @@ from worker.training.prepared import PreparedData
 from worker.tune.best_model import log_best_checkpoint, log_model
 from worker.tune.checkpoints import RestorePoint
 from worker.tune.epoch_report import Reporter, report_state  # the same writing as a single-task trial
-from worker.tune.registry import ALIAS, register_best, registered_model_name
+from worker.tune.registration import register_best
 from worker.tune.tracking import log_metrics, log_params, retrying, set_tags
 
 TASK_TAG = "smartune.task"  # on a nested task run: the task it records
@@ -153,13 +154,18 @@ def run_multitask_trial(
 
 
 def register_task_bests(
-    client: MlflowClient, job_id: str, experiment_id: str, tasks: Mapping[str, dict[str, Any]]
+    client: MlflowClient,
+    team: str,
+    job_id: str,
+    spec_hash: str,
+    experiment_id: str,
+    tasks: Mapping[str, dict[str, Any]],
 ) -> None:
     """Each task's best model over the trials (the summary's `tasks`: task -> its best trial's `run_id`,
-    `trial_id`, ...) registered as `smartune-<job id>-<task>` with the alias `best`; each entry gets the
+    `trial_id`, ...) registered as this job's version of `smartune-<team>-<task>`; each entry gets the
     outcome as `registered_model` (with `error` when it failed). Never raises."""
     for task, result in tasks.items():
-        name = registered_model_name(job_id, task)
+        name = registered_model_name(team, task)
         try:
             task_run = task_runs_of(client, experiment_id, str(result["run_id"])).get(task)
         except Exception as err:  # the store is down: the registration fails, not the sweep
@@ -172,5 +178,6 @@ def register_task_bests(
             continue
         best = {"run_id": task_run.info.run_id, "trial_id": result.get("trial_id")}
         result["registered_model"] = register_best(
-            client, job_id, best, get_task(task).main_metric, task=task
-        )
+            client, team=team, task=task, job_id=job_id, spec_hash=spec_hash, best=best,
+            main_metric=get_task(task).main_metric,
+        )  # fmt: skip

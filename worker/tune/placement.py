@@ -7,6 +7,11 @@ costs a backlogged pool (83-87% busy against 95-97% with best fit; docs/pool_at_
 names the node best fit would choose as `_soft_target_node_id` (the hint Ray Serve's compact scheduling
 uses); where that node no longer fits when the group is scheduled, Ray places it as before, so a hint can
 cost nothing but the packing. CPU trials keep Ray's rule: spreading them balances the hosts' load.
+
+With an autoscaler the control plane passes the node types it may add (`SMARTUNE_AUTOSCALER_NODE_TYPES`,
+worker.contract.node_types) and `SMARTUNE_WAIT_FOR_RESOURCES=1`: a trial that no live node holds yet but one
+of those types would is waited for (Ray's autoscaler sees the pending trial and adds the node); one that no
+type holds either is refused at the start, with the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import ray
 from ray.tune import PlacementGroupFactory
 
+from worker.contract.node_types import NODE_TYPES_ENV, NodeType, parse_node_types
 from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -132,18 +138,44 @@ def trial_resources(request: Mapping[str, float], placement: str = "best-fit") -
     return BestFit(dict(request)) if request.get("gpu") and placement == "best-fit" else dict(request)
 
 
+def autoscaled_node_types(environ: Mapping[str, str] = os.environ) -> tuple[NodeType, ...]:
+    """The node types an autoscaler may add, as the control plane passed them; none when it passed none."""
+    raw = environ.get(NODE_TYPES_ENV, "")
+    return parse_node_types(raw) if raw.strip() else ()
+
+
+def autoscaled_node_rows(environ: Mapping[str, str] = os.environ) -> list[dict[str, Any]]:
+    """The node types as rows shaped like `ray.nodes()`' (one per type), for what the driver derives from
+    the nodes' sizes before any node of a type is up (the GPUs' memory, a whole node's CPUs)."""
+    return [{"Alive": True, "Resources": t.ray_resources()} for t in autoscaled_node_types(environ)]
+
+
 def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
-    """Refuse a trial that asks for more than the whole cluster has (unless an autoscaler may add nodes)."""
+    """Refuse a trial that asks for more than the whole cluster has, unless an autoscaler may add a node
+    that holds it (the node types passed, or any with SMARTUNE_WAIT_FOR_RESOURCES alone)."""
     have = ray.cluster_resources()
     # the trial's request (tuning.resources: its GPUs packed by memory, the memory), else the spec's own
     need = bundle_of(
         request if request is not None else {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
     )
     short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
-    if short and not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
-        wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
+    if not short:
+        return
+    wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
+    has = ", ".join(f"{have.get(k, 0.0):g} {k}" for k in short)
+    types = autoscaled_node_types()
+    if types:
+        node = next((t for t in types if t.holds(need)), None)
+        if node is None:
+            raise RuntimeError(
+                f"a trial needs {wanted} but the Ray cluster has {has}, and no node type the autoscaler may "
+                f"add holds it ({'; '.join(t.describe() for t in types)})"
+            )
+        logger.info("a trial needs %s and the Ray cluster has %s: waiting for the autoscaler to add a node "
+                    "(a node of type %s holds it)", wanted, has, node.describe())  # fmt: skip
+        return
+    if not os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
         raise RuntimeError(
-            f"a trial needs {wanted} but the Ray cluster has "
-            f"{', '.join(f'{have.get(k, 0.0):g} {k}' for k in short)}; set SMARTUNE_WAIT_FOR_RESOURCES=1 "
+            f"a trial needs {wanted} but the Ray cluster has {has}; set SMARTUNE_WAIT_FOR_RESOURCES=1 "
             "to wait for an autoscaler instead"
         )

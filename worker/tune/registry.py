@@ -1,5 +1,4 @@
-"""Models as MLflow users expect them: each trial's best checkpoint in the transformers flavour, and the
-sweep's best trial in the model registry under an alias.
+"""Models as MLflow users expect them: each trial's best checkpoint in the transformers flavour.
 
 - **The trial's model.** Once a trial has trained to its end, its best epoch's checkpoint (the run's
   `best_checkpoint` artifact folder, logged when that epoch ended) is logged once more as an MLflow model
@@ -14,25 +13,17 @@ sweep's best trial in the model registry under an alias.
   in the run's experiment; the run's `smartune.model_uri` tag names it. It is read back from
   `best_checkpoint` (not taken from the session, which holds the last epoch's weights), so a trial that
   resumed after its best epoch logs the same weights.
-- **The registry.** At the end of a sweep the driver registers the best trial's model as a version of the
-  registered model `smartune-<job id>` (the job id is already registry-safe: letters, digits, `.`, `_`,
-  `-`) and points the alias `best` at it, so `models:/smartune-<job id>@best` always loads the job's best
-  model; a later attempt that finds another best moves the alias, one that finds the same reuses its
-  version. A best trial without a logged model (stopped early by ASHA or the time budget before its end)
-  gets one first, from its `best_checkpoint`. A multitask job registers each task's best model instead,
-  as `smartune-<job id>-<task>` (worker.tune.multitask_trial). Nothing here may fail the sweep: `register_best` returns
-  the outcome, with the reason when it failed, for the summary.
+- **The registry.** worker.tune.registration adds the best trial's model of each task to the team's
+  registered model of that task (`smartune-<team>-<task>`) and moves its alias `best`.
 
-MLflow's flavour reads the process-wide tracking URI in places (the logged model's status, the SQL
-registry's `models:/` lookups), so those calls run inside `tracking_store`.
+MLflow's flavour reads the process-wide tracking URI in places (the logged model's status), so those calls
+run inside `tracking_store`.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -47,28 +38,14 @@ from worker.contract.tags import (
     JOB,
     MODEL_ERROR,
     MODEL_URI,
-    REGISTERED_MODEL,
-    REGISTERED_VERSION,
-    REGISTRY_ERROR,
     TRIAL,
 )
 from worker.tune.tracking import retrying, set_tags, tracking_store
 
-logger = logging.getLogger(__name__)
-
 MODEL_NAME = "model"  # the logged model's name: `runs:/<run id>/model` resolves to it too
 PIPELINE_TASK = "text-classification"  # classification and regression heads alike (see above)
-ALIAS = "best"
 _PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 _REQUIREMENTS = ("transformers", "torch", "tokenizers", "safetensors")  # what loading the model needs
-
-
-def registered_model_name(job_id: str, task: str | None = None) -> str:
-    """The registered model of a job: `smartune-<job id>` (one per job, whatever its attempts); of one task
-    of a multitask job, `smartune-<job id>-<task>` (other characters of the task's name as `-`)."""
-    if task is None:
-        return f"smartune-{job_id}"
-    return f"smartune-{job_id}-{re.sub(r'[^A-Za-z0-9._-]', '-', task)}"
 
 
 def _requirements() -> list[str]:
@@ -157,68 +134,3 @@ def log_best_model(client: MlflowClient, run_id: str) -> str:
     if MODEL_ERROR in run.data.tags:  # an earlier start could not log it; this one did
         retrying(lambda: client.delete_tag(run_id, MODEL_ERROR))
     return uri
-
-
-def _version_of(client: MlflowClient, name: str, model_id: str) -> str | None:
-    """The version of `name` already registered from the logged model `model_id` (a rerun), if any."""
-    for version in client.search_model_versions(f"name = '{name}'"):
-        if version.model_id == model_id or version.source == f"models:/{model_id}":
-            return str(version.version)
-    return None
-
-
-def register_best(
-    client: MlflowClient,
-    job_id: str,
-    best: Mapping[str, Any] | None,
-    main_metric: str,
-    task: str | None = None,
-) -> dict[str, Any]:
-    """Registers the best trial's model under `smartune-<job id>` with the alias `best` (for one `task` of
-    a multitask job, `best["run_id"]` is that task's run and the name `smartune-<job id>-<task>`). Returns
-    what the summary records: name, alias and version (None when nothing was registered, with `error`
-    saying why); never raises."""
-    name = registered_model_name(job_id, task)
-    what = "trial" if task is None else f"model for {task}"
-    record: dict[str, Any] = {"name": name, "alias": ALIAS, "version": None}
-    if best is None or not best.get("run_id"):
-        return record | {"error": "no trial completed: nothing to register"}
-    run_id = str(best["run_id"])
-    try:
-        run = client.get_run(run_id)
-        model_uri = run.data.tags.get(MODEL_URI) or log_best_model(client, run_id)
-        model_id = model_uri.removeprefix("models:/")
-        with tracking_store(client.tracking_uri):
-            import mlflow
-
-            version = _version_of(client, name, model_id)
-            if version is None:
-                version = str(
-                    mlflow.register_model(
-                        model_uri, name, tags={JOB: job_id, TRIAL: str(best.get("trial_id"))}
-                    ).version
-                )
-            client.set_registered_model_tag(name, JOB, job_id)
-            client.update_registered_model(
-                name, description=f"The best {what} of smartune job {job_id} by {main_metric} on dev."
-            )
-            client.set_registered_model_alias(name, ALIAS, version)
-    except Exception as err:
-        logger.warning("could not register the best model of job %s as %s", job_id, name, exc_info=True)
-        return record | {"error": f"{type(err).__name__}: {err}"[:1000]}
-    return record | {
-        "version": version,
-        "uri": f"models:/{name}@{ALIAS}",
-        "model_uri": model_uri,
-        "run_id": run_id,
-        "trial_id": best.get("trial_id"),
-    }
-
-
-def registry_tags(registered: Mapping[str, Any]) -> dict[str, Any]:
-    """The parent run's record of the registration (None values are not set)."""
-    return {
-        REGISTERED_MODEL: registered["name"],
-        REGISTERED_VERSION: registered.get("version"),
-        REGISTRY_ERROR: registered.get("error"),
-    }

@@ -14,6 +14,8 @@
 |                    | TIMEOUT_S`                   | pending trial, none running; `0`: off     |
 |                    |                              | (the default with                         |
 |                    |                              | `SMARTUNE_WAIT_FOR_RESOURCES`)            |
+| the job's team     | `SMARTUNE_TEAM`              | `local`: names its registered models      |
+|                    |                              | `smartune-<team>-<task>`                  |
 
 The Tune storage path lies outside Ray's session directory so that a new Ray head can resume a sweep.
 Standard library only: no torch, no ray, no mlflow.
@@ -27,6 +29,8 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from worker.contract.model_registry import LOCAL_TEAM, TEAM_ENV
 
 PLACEMENTS = ("best-fit", "ray")  # where GPU trials go: hinted best fit, or Ray's own (emptiest node)
 UNPLACEABLE_TIMEOUT_S = 900.0  # a worker node restarting takes minutes; one lost for good, forever
@@ -58,6 +62,7 @@ class Settings:
     experiment: str
     placement: str = "best-fit"  # PLACEMENTS; worker.tune.placement
     unplaceable_timeout_s: float = UNPLACEABLE_TIMEOUT_S  # worker.tune.unplaceable_guard; 0 = off
+    team: str = LOCAL_TEAM  # whose registered models the sweep adds to (worker.contract.model_registry)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, storage_path: str | None = None) -> Settings:
@@ -76,7 +81,10 @@ class Settings:
             raise ValueError(
                 f"SMARTUNE_TRIAL_PLACEMENT={placement!r}: expected one of {', '.join(PLACEMENTS)}"
             )
-        return cls(data_dir, storage, tracking, artifacts, experiment, placement, _unplaceable(environ))
+        team = environ.get(TEAM_ENV, "") or LOCAL_TEAM
+        return cls(
+            data_dir, storage, tracking, artifacts, experiment, placement, _unplaceable(environ), team=team
+        )
 
     def prepare(self) -> None:
         """Creates the local folders (the data dir, a local storage path); URIs are left to their store."""

@@ -6,9 +6,12 @@ epoch's main metric (the paper's model selection on dev). Cell statistics use th
 at least one epoch (TERMINATED, and STOPPED ones with the value they had reached); failed trials are
 listed in their cell but not averaged. `std` is the sample standard deviation (n - 1), null for n < 2.
 `errors` lists each failed trial's error class and one-line reason, as on its MLflow run. The driver adds
-`registered_model` once the best trial's model is in the MLflow registry (worker.tune.registry): `name`
-(`smartune-<job id>`), `alias` (`best`), `version`, `uri` (`models:/<name>@best`), `model_uri`, `run_id` and
-`trial_id`; or `version` null and `error` saying why nothing was registered.
+`registered_model` once the best trial's model is this job's version of the team's registered model of the
+task (worker.tune.registration): `name` (`smartune-<team>-<task>`), `alias` (`best`), `version`, `uri`
+(`models:/<name>/<version>`), `best_uri` (`models:/<name>@best`), `best_version`, `alias_moved` and
+`alias_note` (whether this version took `best`, and why), `dev_score`, `model_uri`, `run_id` and `trial_id`;
+or `version` null and `error` saying why nothing was registered. A grid over several tasks adds
+`registered_models` (task -> such an entry; worker.tune.job_models).
 
 A multitask job (the spec's `multitask` block) adds `tasks`: per task, the best dev score over all its
 trials with the trial, the stage (`joint` or `finetune`) and the epoch within that stage; and its best

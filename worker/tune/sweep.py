@@ -4,10 +4,10 @@
 `SMARTUNE_JOB_SPEC`, or `--spec-json JSON`, or `--spec FILE` in YAML or JSON); `smartune sweep` calls
 `run_sweep` for a local run. The Tune experiment is named after the job id under the storage path, so
 attempt N+1 restores attempt N's experiment (unfinished and errored trials resume from their last
-checkpoints) instead of starting over. At the end the best trial's model is registered in the MLflow model
-registry as `smartune-<job id>` with the alias `best` (worker.tune.registry; the summary's
-`registered_model` says which version, or why not); a multitask job's best model of each task as
-`smartune-<job id>-<task>` (`tasks.<task>.registered_model`). Exit codes: 0 when the sweep ran and at least one trial completed
+checkpoints) instead of starting over. At the end each task's best model becomes this job's version of the
+team's registered model `smartune-<team>-<task>` (team: `SMARTUNE_TEAM`, `local` by hand), whose alias
+`best` moves only to a better dev score on the same dev rows (worker.tune.job_models; the summary's
+`registered_model` says which version, or why not). Exit codes: 0 when the sweep ran and at least one trial completed
 (the summary JSON is the last line of stdout), 3 when it ran but no trial completed (the summary still
 comes last; the reason is on stderr), 2 for an invalid spec (before Ray starts), 1 when the sweep could
 not run, 130 when interrupted (rerun the same job id to resume).
@@ -32,16 +32,15 @@ from ray import tune
 from worker.contract.outcome import completed_trials, no_result_reason
 from worker.contract.spec import PLAN_DIGEST_ENV, JobSpec
 from worker.contract.specfile import SpecError, spec_from_file, spec_from_text
-from worker.contract.tags import ERROR_MESSAGE, REGISTRY_ERROR
+from worker.contract.tags import ERROR_MESSAGE
 from worker.training.files import confinement_environment
 from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
-from worker.tune.multitask_trial import register_task_bests
+from worker.tune.job_models import register_job_models
 from worker.tune.outcomes import collect_outcomes, main_metric_of
-from worker.tune.placement import check_resources, trial_resources
+from worker.tune.placement import autoscaled_node_rows, check_resources, trial_resources
 from worker.tune.preflight import preflight
 from worker.tune.progress import LiveTable
-from worker.tune.registry import register_best, registry_tags
 from worker.tune.settings import Settings
 from worker.tune.shared_data import share_data
 from worker.tune.stall_guard import StallGuard
@@ -55,7 +54,6 @@ from worker.tune.tracking import (
     ensure_experiment,
     log_metrics,
     open_parent,
-    set_tags,
 )
 from worker.tune.trainable import TrialContext, train_trial
 from worker.tune.tuning import (
@@ -146,7 +144,7 @@ def run_sweep(
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     settings = settings or Settings.from_env()
     settings.prepare()
-    nodes = ray.nodes()
+    nodes = ray.nodes() + autoscaled_node_rows()  # with an autoscaler, its node types count before one is up
     per_gpu = gpu_memory_per_gpu(nodes)  # MiB of the smallest advertised GPU; None: trials pack by `gpus`
     request = resources(spec, per_gpu)
     if spec.resources.gpus and "gpu_memory_mb" not in request:
@@ -207,16 +205,8 @@ def run_sweep(
     outcomes = collect_outcomes(results, client, target, parent_id, resolver)
     summary = build_summary(job_id=job_id, tracking_uri=settings.tracking_uri, parent_run_id=parent_id,
                             main_metric=main_metric_of(spec), outcomes=outcomes)  # fmt: skip
-    if spec.multitask is None:
-        registered = register_best(client, job_id, summary["best"], summary["main_metric"])  # never raises
-    else:  # one registered model per task, in `tasks.<task>.registered_model` (worker.tune.multitask_trial)
-        register_task_bests(client, job_id, target.experiment_id, summary.get("tasks", {}))  # never raises
-        registered = {"name": None, "alias": None, "version": None,
-                      "error": "a multitask job registers one model per task: see tasks.<task>.registered_model"}  # fmt: skip
-    summary["registered_model"] = registered
-    set_tags(client, parent_id, registry_tags(registered))
-    if registered["version"] is not None:  # an earlier attempt's registry failure no longer holds
-        clear_tags(client, client.get_run(parent_id), [REGISTRY_ERROR])
+    register_job_models(client, team=settings.team, spec=spec, job_id=job_id, experiment_id=target.experiment_id,
+                        parent_id=parent_id, summary=summary, outcomes=outcomes)  # fmt: skip
     log_metrics(client, parent_id, summary_metrics(summary), step=attempt)
     client.log_dict(parent_id, summary, "summary.json")
     if not completed_trials(summary):  # the sweep ran but produced nothing: say why on the parent run

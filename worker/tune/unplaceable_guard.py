@@ -10,8 +10,10 @@ trials' checkpoints once the pool has the node back (the scheduler keeps the ret
 reason, until the pool can hold it).
 
 A node that is only busy is not a loss: totals are compared, not free resources, and any RUNNING trial
-resets the wait (it will free its resources). The limit comes from `SMARTUNE_UNPLACEABLE_TIMEOUT_S`
-(worker.tune.settings; 0 turns the guard off, e.g. for an autoscaler that may take longer).
+resets the wait (it will free its resources). Nor is a node the autoscaler has yet to add: a pending trial
+that one of the node types it may add holds (`SMARTUNE_AUTOSCALER_NODE_TYPES`, worker.tune.placement) is
+waited for however long that takes; only a trial that no live node and no node type holds ends the sweep.
+The limit comes from `SMARTUNE_UNPLACEABLE_TIMEOUT_S` (worker.tune.settings; 0 turns the guard off).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import ray
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from worker.tune.placement import fits
+from worker.tune.placement import autoscaled_node_types, fits
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +83,15 @@ class UnplaceableGuard(Callback):
         if not pending or any(t.status == Trial.RUNNING for t in trials):
             self.since = None
             return
-        nodes = self.nodes()
+        # The node types from this attempt's environment, read here rather than kept: nothing new is pickled
+        # into the experiment state (tests/worker/tune/test_pickled_paths.py), and a resumed sweep takes the
+        # types its new attempt was given.
+        nodes, types = self.nodes(), autoscaled_node_types()
         if any(placeable(t, nodes) for t in pending):
             self.since = None  # Ray is only slow to place it
+            return
+        if any(node.holds(request_of(t)) for t in pending for node in types):
+            self.since = None  # the autoscaler is adding a node for it
             return
         need = request_of(pending[0])
         if self.since is None:
@@ -97,7 +105,8 @@ class UnplaceableGuard(Callback):
                 f"{len(pending)} pending trial(s) need {_describe(need)} on one node, but for "
                 f"{now - self.since:.0f} s no live Ray node has had that (at most "
                 f"{', '.join(f'{v:g} {k}' for k, v in sorted(most.items()))} on one of {len(nodes)} live "
-                "node(s)) and no trial was running. "
-                "The pool lost the node these trials need; retry the job once it is back: it resumes from "
+                "node(s)) and no trial was running"
+                + (", and no node type the autoscaler may add holds them. " if types else ". ")
+                + "The pool lost the node these trials need; retry the job once it is back: it resumes from "
                 "its checkpoints (SMARTUNE_UNPLACEABLE_TIMEOUT_S sets this wait; 0 waits forever)"
             )

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from service.api.deps import CurrentKey, EngineDep, Principal, SessionDep, SettingsDep
 from service.api.responses import KEYED, errors
 from service.engine import pool
+from service.engine.autoscaler import Autoscaler
 from service.engine.scheduler import TeamState
 from service.schemas import PoolPublic, QueueEntry, ResourcesPublic, TeamUsage
 from service.storage import usage
@@ -56,7 +57,7 @@ def _load(session: SessionDep, engine: EngineDep, settings: SettingsDep) -> pool
     return pool.load(
         session,
         default_max_jobs=settings.default_max_concurrent_jobs,
-        capacity=engine.capacity,
+        capacity=pool.reach(engine.capacity, Autoscaler.of(settings.autoscaled_node_types)),
         default_gpu_quota=settings.default_gpu_quota,
         default_cpu_quota=settings.default_cpu_quota,
     )
@@ -111,7 +112,7 @@ def read_queue(session: SessionDep, key: CurrentKey, engine: EngineDep, settings
     """The queue in the order the scheduler considers it, with each job's reason for waiting (other
     teams' jobs without id, team or reason for a team's key)."""
     state = _load(session, engine, settings)
-    plan = pool.plan_round(state, engine.capacity)
+    plan = pool.plan_round(state, engine.capacity, Autoscaler.of(settings.autoscaled_node_types))
     jobs = {j.id: j for j in state.queued}
     entries = []
     for position, job_id in enumerate(plan.order, start=1):

@@ -46,15 +46,17 @@ def _team(session: SessionDep, name: str) -> Team:
     responses=errors(400, *KEYED, 403, 409, 413, 422, notes={**_NOTES, 409: "the team exists already"}),
 )
 def create_team(
-    team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey, settings: SettingsDep
+    team_in: TeamCreate, session: WriteSessionDep, _admin: AdminKey, settings: SettingsDep, engine: EngineDep
 ) -> TeamPublic:
     """Create a team with its quotas (GPUs, CPUs, concurrent jobs, storage), fair-share weight and default
-    priority."""
+    priority. Where MLflow has users per team, the engine's next round creates the team's
+    (`smartune admin mlflow-login TEAM` prints its login)."""
     try:
         team = crud.create_team(session=session, team_in=team_in)
         session.commit()
     except IntegrityError as err:
         raise ApiError(409, f"team {team_in.name!r} exists already", field="name") from err
+    engine.wake()  # its MLflow user (service.engine.mlflow_teams) at the next round
     return _public(session, settings, [team])[0]
 
 

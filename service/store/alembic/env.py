@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from service.store import models  # noqa: F401  (registers the tables on Base.metadata)
+from service.store import models, webhook_models  # noqa: F401  (register the tables on Base.metadata)
 from service.store.db import Base
 
 connection: Connection | None = context.config.attributes.get("connection")

@@ -1,5 +1,6 @@
-"""MLflow as its users use it: each trial's model in the transformers flavour, the sweep's best in the model
-registry under the alias `best`, the training data as a dataset input with its digest, system metrics.
+"""MLflow as its users use it: each trial's model in the transformers flavour, the sweep's best as a version of
+the team's registered model of the task (alias `best`), the training data as a dataset input with its
+digest, system metrics.
 
 One real sweep (tiny-random on a slice of real RTE, 2 trials, on the session's Ray cluster and MLflow
 store) is read back by several tests; the regression flavour and the registry's failure path run without Ray.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,13 @@ import torch
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from worker.contract.model_registry import registered_model_name
 from worker.contract.spec import JobSpec
 from worker.contract.tags import BEST_CHECKPOINT, BEST_EPOCH, JOB, MODEL_URI, TRIAL
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig
 from worker.training.models import REGRESSION_LABEL, resolve_model, set_label_names
-from worker.tune.registry import register_best, registered_model_name
+from worker.tune.registration import register_best
 from worker.tune.settings import Settings
 from worker.tune.sweep import run_sweep
 from worker.tune.telemetry import (
@@ -35,6 +38,7 @@ from worker.tune.telemetry import (
 from worker.tune.tracking import tracking_store
 
 JOB_ID = "mlflow-usage"
+TEAM = "usage"  # its own team: the session's other sweeps add versions to the team `local`'s models
 RTE_PAIRS = [
     {"text": "A man is sleeping on the couch.", "text_pair": "Someone is resting."},
     {"text": "The museum opened in 1850.", "text_pair": "The museum is closed forever."},
@@ -57,7 +61,8 @@ def swept(ray_cluster: Any, sweep_settings: Settings, glue_dir: Path) -> Iterato
     }  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(INTERVAL_ENV, "1")
-        yield run_sweep(JobSpec.model_validate(document), job_id=JOB_ID, settings=sweep_settings)
+        settings = replace(sweep_settings, team=TEAM)
+        yield run_sweep(JobSpec.model_validate(document), job_id=JOB_ID, settings=settings)
 
 
 def _children(job_runs: Any) -> list[Run]:
@@ -102,16 +107,16 @@ def test_each_trial_logs_its_best_checkpoint_as_a_transformers_pipeline_with_rte
 
 
 @pytest.mark.glue
-def test_the_best_trials_model_is_registered_with_the_alias_best(
+def test_the_best_trials_model_is_the_teams_version_with_the_alias_best(
     swept: dict[str, Any], sweep_settings: Settings, job_runs: Any
 ) -> None:
     import mlflow.transformers
 
     registered = swept["registered_model"]
-    name = registered_model_name(JOB_ID)
-    assert registered["name"] == name == "smartune-mlflow-usage" and registered["alias"] == "best"
-    assert "error" not in registered and registered["version"] == "1"
-    assert registered["uri"] == f"models:/{name}@best"
+    name = registered_model_name(TEAM, "rte")
+    assert registered["name"] == name == "smartune-usage-rte" and registered["alias"] == "best"
+    assert "error" not in registered and registered["version"] == "1" and registered["alias_moved"] is True
+    assert registered["uri"] == f"models:/{name}/1" and registered["best_uri"] == f"models:/{name}@best"
     assert (
         registered["run_id"] == swept["best"]["run_id"]
         and registered["trial_id"] == swept["best"]["trial_id"]
@@ -122,7 +127,9 @@ def test_the_best_trials_model_is_registered_with_the_alias_best(
     assert str(version.version) == registered["version"] and version.run_id == swept["best"]["run_id"]
     best_run = client.get_run(swept["best"]["run_id"])
     assert version.source == best_run.data.tags[MODEL_URI] == registered["model_uri"]  # the logged model
-    assert client.get_registered_model(name).tags[JOB] == JOB_ID
+    assert version.tags[JOB] == JOB_ID and version.tags["smartune.max_eval_samples"] == "16"
+    assert float(version.tags["smartune.dev_score"]) == pytest.approx(swept["best"]["value"])
+    assert client.get_registered_model(name).tags == {"smartune.team": TEAM, "smartune.task": "rte"}
 
     parent, _ = job_runs(JOB_ID)
     assert parent.data.tags["smartune.registered_model"] == name
@@ -131,7 +138,7 @@ def test_the_best_trials_model_is_registered_with_the_alias_best(
     assert logged["registered_model"] == registered
 
     with tracking_store(sweep_settings.tracking_uri):
-        pipeline = mlflow.transformers.load_model(registered["uri"])  # what a user of the registry loads
+        pipeline = mlflow.transformers.load_model(registered["best_uri"])  # what a user of the registry loads
     assert {p["label"] for p in pipeline(RTE_PAIRS)} <= {"entailment", "not_entailment"}
 
 
@@ -203,13 +210,16 @@ def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answer
     client.log_artifacts(run.info.run_id, str(tmp_path / "checkpoint"), BEST_CHECKPOINT)
 
     best = {"run_id": run.info.run_id, "trial_id": "t", "value": 0.5}
-    registered = register_best(client, "job-r", best, "pearson")
+    registered = register_best(client, team="nlp", task="stsb", job_id="job-r", spec_hash="h", best=best,
+                               main_metric="pearson")  # fmt: skip
     assert registered["version"] == "1" and "error" not in registered
     uri = client.get_run(run.info.run_id).data.tags[MODEL_URI]
     assert registered["model_uri"] == uri
     # Registering again (a later attempt with the same best) reuses the version.
-    assert register_best(client, "job-r", best, "pearson")["version"] == "1"
-    assert len(client.search_model_versions("name = 'smartune-job-r'")) == 1
+    again = register_best(client, team="nlp", task="stsb", job_id="job-r", spec_hash="h", best=best,
+                          main_metric="pearson")  # fmt: skip
+    assert again["version"] == "1"
+    assert len(client.search_model_versions("name = 'smartune-nlp-stsb'")) == 1
     with tracking_store(client.tracking_uri):
         pipeline = mlflow.transformers.load_model(registered["uri"])
         flavor = mlflow.models.get_model_info(uri).flavors["transformers"]
@@ -220,15 +230,3 @@ def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answer
         inputs = tokenizer(RTE_PAIRS[0]["text"], RTE_PAIRS[0]["text_pair"], return_tensors="pt")
         raw = model.eval()(**inputs).logits.item()
     assert prediction["score"] == pytest.approx(raw, abs=1e-5)  # the raw prediction, no sigmoid
-
-
-def test_a_registry_failure_is_recorded_not_raised(tmp_path: Path, mlflow_uri: str) -> None:
-    client, experiment = _store(tmp_path, mlflow_uri)
-    run = client.create_run(experiment)  # a best trial without any checkpoint: nothing can be logged
-    best = {"run_id": run.info.run_id, "trial_id": "t1", "value": 0.5}
-    registered = register_best(client, "job-x", best, "accuracy")
-    assert registered["name"] == "smartune-job-x" and registered["version"] is None
-    assert registered["error"]  # why, for the summary
-    assert register_best(client, "job-x", None, "accuracy") == {
-        "name": "smartune-job-x", "alias": "best", "version": None, "error": "no trial completed: nothing to register"
-    }  # fmt: skip

@@ -89,9 +89,10 @@ def test_grid_sweep_records_parent_children_and_dedups_cells(
     assert best["run_id"] in {r.info.run_id for r in children} and best["checkpoint_uri"].endswith(
         "best_checkpoint"
     )
-    registered = summary["registered_model"]
-    assert registered["name"] == "smartune-grid-4" and registered["run_id"] == best["run_id"]
-    assert str(client.get_model_version_by_alias("smartune-grid-4", "best").version) == registered["version"]
+    registered = summary["registered_model"]  # this job's version of the team's model of the task
+    assert registered["name"] == "smartune-local-rte" and registered["run_id"] == best["run_id"]
+    version = client.get_model_version("smartune-local-rte", registered["version"])
+    assert version.run_id == best["run_id"] and version.tags["smartune.job_id"] == "grid-4"
 
 
 def _diverging_glue(glue_dir: Path, folder: Path) -> Path:

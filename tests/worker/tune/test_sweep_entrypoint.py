@@ -117,8 +117,9 @@ def test_next_attempt_resumes_a_killed_driver_over_ray_address(
     assert resumed[0].data.tags["smartune.attempt"] == "2"
     assert int(resumed[0].data.tags["smartune.resumed_from_epoch"]) >= 1
     # The resumed sweep registered its best trial's model; the summary (last line) says which version.
-    registered = summary["registered_model"]
-    assert registered["name"] == "smartune-entry-1" and registered["run_id"] == summary["best"]["run_id"]
+    registered = summary["registered_model"]  # no SMARTUNE_TEAM: the team `local`
+    assert registered["name"] == "smartune-local-rte" and registered["run_id"] == summary["best"]["run_id"]
     client = MlflowClient(sweep_settings.tracking_uri)
-    assert client.get_model_version_by_alias("smartune-entry-1", "best").run_id == summary["best"]["run_id"]
+    version = client.get_model_version("smartune-local-rte", registered["version"])
+    assert version.run_id == summary["best"]["run_id"] and version.tags["smartune.job_id"] == "entry-1"
     assert all(r.data.tags["smartune.model_uri"].startswith("models:/") for r in children)

@@ -35,10 +35,11 @@ def test_multitask_trial_has_one_nested_run_per_task(
     assert summary["best"]["tasks"].keys() == {"rte", "stsb"}
     assert summary["registered_model"]["version"] is None  # one model per task, registered per task:
     for task, result in summary["tasks"].items():
-        registered = result["registered_model"]
-        assert registered["name"] == f"smartune-multitask-2-{task}" and registered["version"] == "1", (
-            registered
-        )
+        registered = result["registered_model"]  # this job's version of the team's model of the task
+        name = f"smartune-local-{task}"
+        assert (
+            registered["name"] == name and registered["uri"] == f"models:/{name}/{registered['version']}"
+        ), registered
         with tracking_store(sweep_settings.tracking_uri):
             pipeline = mlflow.transformers.load_model(registered["uri"])  # the task's own head, its labels
         answer = pipeline("A man is playing a guitar.")[0]
