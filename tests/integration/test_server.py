@@ -120,7 +120,8 @@ def test_a_restart_mid_job_finishes_and_records_it_once(server: Server) -> None:
     job = api.wait(job_id, lambda j: j["state"] in FINAL)
     assert job["state"] == "SUCCEEDED", job["message"]
     assert [a["submission_id"] for a in job["attempts"]] == [f"{job_id}-a1"]  # dispatched once
-    assert [t["to_state"] for t in job["transitions"]].count("SUCCEEDED") == 1
+    changes = [t for t in job["transitions"] if t["from_state"] != t["to_state"]]  # not the timeline's notes
+    assert [t["to_state"] for t in changes].count("SUCCEEDED") == 1
     assert len(job["trials"]) == 2 and {t["state"] for t in job["trials"]} == {"TERMINATED"}
 
 
@@ -199,7 +200,9 @@ def test_a_failed_job_retried_resumes_where_it_stopped(server: Server, ray_head:
     assert job["state"] == "SUCCEEDED", job["message"]
     assert [(a["number"], a["state"]) for a in job["attempts"]] == [(1, "STOPPED"), (2, "SUCCEEDED")]
     assert job["trials"][0]["state"] == "TERMINATED" and job["trials"][0]["last_epoch"] == EPOCHS
-    assert f"resuming {server.data_dir}" in api("GET", f"/api/v1/jobs/{job_id}/logs").text  # Tune restored
+    assert (
+        "resuming <path>" in api("GET", f"/api/v1/jobs/{job_id}/logs").text
+    )  # Tune restored (a team reads paths scrubbed)
 
 
 @pytest.mark.slow

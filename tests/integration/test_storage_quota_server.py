@@ -23,7 +23,9 @@ QUOTA = 100_000  # bytes
 def server(tmp_path: Path) -> Iterator[Server]:
     """A server whose Ray address answers nothing (a closed port) and whose engine measures every 0.5 s."""
     unreachable = f"http://127.0.0.1:{free_port()}"
-    server = make_server(tmp_path, ray_address=unreachable, SMARTUNE_STORAGE_REFRESH_S="0.5").start()
+    server = make_server(
+        tmp_path, ray_address=unreachable, SMARTUNE_STORAGE_REFRESH_S="0.5", SMARTUNE_LARGEST_NODE_CPUS="4"
+    ).start()  # a declared node (SMARTUNE_LARGEST_NODE_CPUS): jobs are admitted before the pool is read
     yield server
     server.stop()
 

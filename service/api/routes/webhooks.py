@@ -25,7 +25,9 @@ from service.store.models import Team
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 NOT_FOUND = {404: "no such webhook, or one of another team", 422: "the webhook id is not a whole number"}
-WebhookId = Annotated[int, Path(description="the webhook's id, as registering it answered")]
+WebhookId = Annotated[
+    int, Path(ge=1, le=2**63 - 1, description="the webhook's id, as registering it answered")
+]  # a 64-bit row id: a larger one is a 422, not a database overflow
 
 
 @router.post(
