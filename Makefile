@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
 
-.PHONY: install lock run stop test test-integration test-all bench research mutation lint format clean
+.PHONY: install lock run stop test test-integration test-all test-durations bench research mutation lint format clean
 
 # The versions come from the lock (constraints: what pyproject.toml's ranges resolved to at `make lock`).
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -66,6 +66,11 @@ test: lint
 
 test-integration: install
 	$(INTEGRATION_TESTS) -m integration $(OK_IF_NONE)
+
+# Every tier, recording each test's seconds in tests/durations.json: the tiers start their slowest modules
+# first from that record (tests/support/durations.py). Commit it when the suite's shape changed.
+test-durations:
+	SMARTUNE_TEST_DURATIONS_OUT=$(abspath tests/durations.json) $(MAKE) test-all
 
 # Every tier; both runs happen even when the first fails (for CI's log), and either one's failure fails.
 test-all: lint

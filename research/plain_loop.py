@@ -27,6 +27,7 @@ from worker.contract.tasks import get_task
 from worker.training.data import load_examples
 from worker.training.metrics import compute_metrics
 from worker.training.models import describe_model
+from worker.training.sampling import select_rows, strata
 
 
 def _rows(examples: list[Any], tokenizer: Any, max_len: int, regression: bool) -> list[dict[str, Any]]:
@@ -43,7 +44,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     task = get_task(args.task)
     source = str(glue_dir())
-    train_examples = load_examples(task, source, task.train_split, None)[: args.max_train_samples]
+    every_row = load_examples(task, source, task.train_split, None)
+    # The same rows as the project's loop picks for `max_train_samples` (stratified random by default,
+    # `--sampling head` for file order), so the two loops are compared on one subset.
+    keep = select_rows(strata(every_row, task.is_regression), args.max_train_samples, args.fraction_seed,
+                       args.sampling)  # fmt: skip
+    train_examples = [every_row[i] for i in keep]
     dev_examples = load_examples(task, source, task.eval_splits[0], None)
     path = describe_model(args.model)["path"]
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -94,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="stsb")
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--max-train-samples", type=int, default=1000)
+    parser.add_argument("--sampling", choices=("random", "head"), default="random",
+                        help="which rows: stratified random (the job spec's default) or the first N")  # fmt: skip
+    parser.add_argument(
+        "--fraction-seed", type=int, default=13, help="the subset's seed (the paper preset's)"
+    )
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.support.durations"]  # longest modules first; `make test-durations` records
+
 # Nothing in the tests may reach a hub: the packaged MiniLM and tiny random configs only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -135,6 +137,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, tier))
         found = [name for name in TIERS if item.get_closest_marker(name) is not None]
         assert found == [tier], f"{item.nodeid}: tier markers {found}, expected exactly [{tier!r}]"
+    from tests.support.durations import keep_module_fixtures_on_one_worker  # a plugin: imported by pytest
+
+    keep_module_fixtures_on_one_worker(items)
 
 
 # The unit guard: with SMARTUNE_UNIT_GUARD=1, a unit test (its fixtures included) that starts a process or

@@ -38,6 +38,7 @@ from worker.training.provenance import dataset_provenance, environment, files_di
 from worker.training.session import TrainingSession
 from worker.training.trial_data import data_files
 from worker.tune.epoch_report import epoch_metrics
+from worker.tune.process_exit import exit_at_once
 
 Verdict = Literal["PASS", "FAIL", "NOT-COMPARABLE"]
 WALL_CLOCK = frozenset({"train_seconds", "examples_per_s", "epoch"})  # differ run to run by nature
@@ -282,4 +283,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_at_once(main())

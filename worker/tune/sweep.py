@@ -40,6 +40,7 @@ from worker.tune.job_models import register_job_models
 from worker.tune.outcomes import collect_outcomes, main_metric_of
 from worker.tune.placement import autoscaled_node_rows, check_resources, trial_resources
 from worker.tune.preflight import preflight
+from worker.tune.process_exit import exit_at_once
 from worker.tune.progress import LiveTable
 from worker.tune.settings import Settings
 from worker.tune.shared_data import share_data
@@ -286,4 +287,4 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_at_once(main())
