@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export SMARTUNE_GLUE_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data/glue),)
 
-.PHONY: install lock run stop test test-integration test-all test-durations bench research mutation lint format clean
+.PHONY: install lock run stop test test-integration test-all test-durations deploy-test bench research mutation lint format clean
 
 # The versions come from the lock (constraints: what pyproject.toml's ranges resolved to at `make lock`).
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -79,6 +79,14 @@ test-all: lint
 	$(INTEGRATION_TESTS) -m "integration or slow" $(OK_IF_NONE) || failed=1; \
 	exit $$failed
 
+# docker-compose.yml for real (docs/deployment.md, "The compose stack test"): a Docker engine installed and
+# started if need be (as root), a Debian base image made with debootstrap (once, then cached), the images
+# built, the stack up, a job through its API, the Ray head killed mid-job, the stack down. Also part of
+# test-all (the `slow` tier), where it skips, saying why, if no engine can start. Measurements: out/compose_stack.json.
+deploy-test: install
+	$(BIN)/python -m tests.support.docker_engine
+	$(PYTEST) --durations=10 tests/integration/test_compose_stack.py
+
 # Mutation testing of smart_core against tests/smart_core (about 35 minutes on 2 cores): the surviving
 # mutants and why each is harmless are listed in docs/testing.md.
 mutation: install
@@ -92,6 +100,8 @@ bench: install
 	$(BIN)/smartune bench api --json | tee bench/results/api.json
 	$(BIN)/smartune bench load $(if $(BENCH_DATABASE_URL),--database-url sqlite --database-url '$(BENCH_DATABASE_URL)') \
 	  | tee bench/results/load.json
+	$(BIN)/smartune bench load --noisy-neighbour $(if $(BENCH_DATABASE_URL),--database-url sqlite --database-url '$(BENCH_DATABASE_URL)') \
+	  | tee bench/results/load_noisy_neighbour.json
 	$(BIN)/smartune bench sweep --model minilm-l6 --task rte --trainings 8 --min-seconds 120 \
 	  | tee bench/results/orchestration.json
 	$(BIN)/smartune bench dashboard --trials 500 --epochs 10 --out bench/results/dashboard.json

@@ -62,9 +62,17 @@ class Served:
         shutil.rmtree(self.ray_temp, ignore_errors=True)
 
 
-def serve(data_dir: Path, *, database_url: str | None = None, ray_num_cpus: int = 2, **env: str) -> Served:
+def serve(
+    data_dir: Path,
+    *,
+    database_url: str | None = None,
+    ray_num_cpus: int = 2,
+    ready_path: str = "/readyz",
+    **env: str,
+) -> Served:
     """Start `smartune serve` in `data_dir` (SQLite there unless `database_url`), with `env` on top of this
-    process's environment, and wait until it is ready."""
+    process's environment, and wait until `ready_path` answers 200 (`/healthz` where no Ray is meant to
+    answer: a RAY_ADDRESS in `env` that names a closed port)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     ray_temp = Path(tempfile.mkdtemp(prefix="st-ray-"))  # short: Ray's AF_UNIX socket paths live under it
@@ -90,14 +98,14 @@ def serve(data_dir: Path, *, database_url: str | None = None, ray_num_cpus: int 
         )
     served = Served(f"http://127.0.0.1:{port}", data_dir, process, log, ray_temp)
     try:
-        _wait_ready(served)
+        _wait_ready(served, ready_path)
     except BaseException:
         served.stop()
         raise
     return served
 
 
-def _wait_ready(served: Served) -> None:
+def _wait_ready(served: Served, ready_path: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         if served.process.poll() is not None:
@@ -105,7 +113,7 @@ def _wait_ready(served: Served) -> None:
                 f"smartune serve exited with {served.process.returncode}:\n{_tail(served.log)}"
             )
         try:
-            if httpx.get(f"{served.url}/readyz", timeout=5).status_code == 200:
+            if httpx.get(f"{served.url}{ready_path}", timeout=5).status_code == 200:
                 return
         except httpx.HTTPError:
             pass  # not listening yet

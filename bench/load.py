@@ -80,6 +80,19 @@ def _keys(database_url: str, clients: int, teams: int) -> tuple[str, list[tuple[
     return admin, out
 
 
+def service_env(root: Path, queue_limit: int) -> dict[str, str]:
+    """The service's settings for a load run: made-up data under `root`, `queue_limit` queued jobs per team."""
+    return {
+        "SMARTUNE_GLUE_DIR": str(synthetic_glue(root / "glue")),
+        "SMARTUNE_MAX_QUEUED_JOBS_PER_TEAM": str(queue_limit),
+        "SMARTUNE_BOOTSTRAP_ADMIN": "false",
+        "SMARTUNE_SCHEDULER_INTERVAL_S": "0.5",  # dispatch soon after a submission or a job's end
+        "SMARTUNE_CAPACITY_TTL_S": "1",
+        "HF_HUB_OFFLINE": "1",  # the tiny model is built here: nothing to download
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
 class Tally:
     """Latency and statuses per endpoint, shared by the clients (one event loop: no locks)."""
 
@@ -89,6 +102,9 @@ class Tally:
         self.accepted: dict[str, list[str]] = defaultdict(list)  # team -> job ids
         self.full_until: dict[str, float] = {}  # team -> when to try submitting again
         self.server_errors: list[str] = []
+        self.transport_errors: list[str] = []  # requests that got no answer (refused, reset, timed out)
+        # Every request: (wall-clock s when sent, endpoint, latency s, status; 0 = no answer).
+        self.timeline: list[tuple[float, str, float, int]] = []
         self.client_errors: list[str] = []  # the first few 4xx other than 429 (none expected)
         self.refusals: Counter[str] = (
             Counter()
@@ -102,6 +118,8 @@ class Tally:
 
 
 async def _client(http: Any, team: str, n: int, tally: Tally, until: float) -> None:
+    import aiohttp
+
     rng = random.Random(n)
     i = 0
     while time.monotonic() < until:
@@ -113,10 +131,16 @@ async def _client(http: Any, team: str, n: int, tally: Tally, until: float) -> N
             name, request = "GET /jobs/{id}", http.get(f"/api/v1/jobs/{rng.choice(own)}")
         else:
             name, request = "GET /jobs", http.get("/api/v1/jobs", params={"limit": 20})
-        start = time.perf_counter()
-        async with request as response:
-            payload = await response.read()
+        sent, start = time.time(), time.perf_counter()
+        try:
+            async with request as response:
+                payload = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as err:  # no answer came: refused, reset, timed out
+            tally.transport_errors.append(f"{name}: {type(err).__name__}: {err}"[:300])
+            tally.timeline.append((sent, name, time.perf_counter() - start, 0))
+            continue
         tally.latency[name].append(time.perf_counter() - start)
+        tally.timeline.append((sent, name, tally.latency[name][-1], response.status))
         tally.statuses[name][response.status] += 1
         if response.status >= 500:
             tally.server_errors.append(f"{name} {response.status}: {payload[:300]!r}")
@@ -199,17 +223,7 @@ def run_load(
         admin, keys = _keys(url, clients, teams)
         server: Served | None = None
         try:
-            server = serve(
-                root / "data",
-                database_url=url,
-                SMARTUNE_GLUE_DIR=str(synthetic_glue(root / "glue")),
-                SMARTUNE_MAX_QUEUED_JOBS_PER_TEAM=str(queue_limit),
-                SMARTUNE_BOOTSTRAP_ADMIN="false",
-                SMARTUNE_SCHEDULER_INTERVAL_S="0.5",  # dispatch soon after a submission or a job's end
-                SMARTUNE_CAPACITY_TTL_S="1",
-                HF_HUB_OFFLINE="1",  # the tiny model is built here: nothing to download
-                TRANSFORMERS_OFFLINE="1",
-            )
+            server = serve(root / "data", database_url=url, **service_env(root, queue_limit))
             tally = asyncio.run(_load(server.url, keys, seconds))
             accepted = [job for ids in tally.accepted.values() for job in ids]
             states, failures, drained = _drain(server.url, admin, accepted, drain_timeout)
@@ -228,6 +242,8 @@ def run_load(
         "requests_per_s": round(requests / seconds, 1),
         "server_errors": len(tally.server_errors),
         "first_server_errors": tally.server_errors[:3],
+        "transport_errors": len(tally.transport_errors),
+        "first_transport_errors": tally.transport_errors[:3],
         "first_client_errors": tally.client_errors,
         "endpoints": endpoints,
         "refusals_429": dict(tally.refusals),
@@ -253,5 +269,5 @@ def main(args: argparse.Namespace) -> int:
         for url in urls
     ]
     print(json.dumps(report, indent=2))  # noqa: T201
-    ok = all(r["server_errors"] == 0 and r["all_final"] for r in report)
+    ok = all(r["server_errors"] == 0 and r["transport_errors"] == 0 and r["all_final"] for r in report)
     return 0 if ok else 1

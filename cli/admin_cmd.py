@@ -1,6 +1,8 @@
 """`smartune admin ...`: bootstrap teams and keys directly on the job store (no server needed).
 
 `create-team NAME` and `create-key TEAM` print the new key alone on stdout (pipe it where it goes);
+`create-team` refuses a data root that does not exist (`--force` for one mounted later) and warns about a
+quota above what the pool has ever offered (cli/team_checks.py);
 `mlflow-login TEAM` prints the team's MLflow login as `MLFLOW_TRACKING_USERNAME=...` and
 `MLFLOW_TRACKING_PASSWORD=...` lines (with SMARTUNE_MLFLOW_TEAM_SECRET, as the API has it). The store is
 `DATABASE_URL` when set, else the SQLite file in `--data-dir` ($SMARTUNE_DATA_DIR, ~/.smartune).
@@ -14,6 +16,7 @@ import re
 import sys
 from typing import Any
 
+from cli import team_checks
 from cli.completion_cmd import DIRECTORY, completes
 
 
@@ -44,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _budget_flags(team)
     _storage_flags(team)
+    team.add_argument(
+        "--force", action="store_true", help="accept a --data-root that does not exist yet (mounted later)"
+    )
     team.add_argument("--no-key", action="store_true", help="create no key")
     team.set_defaults(handler=create_team)
 
@@ -116,11 +122,16 @@ def _storage_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
                         "SMARTUNE_CHECKPOINT_RETENTION_DAYS, 14)")  # fmt: skip
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Any:
     from service.config import Settings
+
+    return Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+
+
+def _store(args: argparse.Namespace) -> Any:
     from service.store.db import connect, migrate
 
-    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    settings = _settings(args)
     db = connect(settings.sqlalchemy_url)
     migrate(db)
     return db
@@ -150,6 +161,8 @@ def create_team(args: argparse.Namespace) -> int:
         )
     except ValidationError as err:
         raise ValueError(f"invalid team: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}") from None
+    warnings = team_checks.check_roots(team_in.data_roots, force=args.force)
+    warnings += team_checks.check_quotas(args.gpus, args.cpus, _settings(args))
     db = _store(args)
     with db.write_sessions() as session:
         if crud.get_team(session=session, name=args.name) is not None:
@@ -159,6 +172,8 @@ def create_team(args: argparse.Namespace) -> int:
         session.commit()
     if key:
         print(key)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"created team {args.name!r}", file=sys.stderr)
     return 0
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from cli import client_cmd
 from cli.client_cmd import common, emit_json
+from cli.exit_codes import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,13 +49,13 @@ def audit(args: argparse.Namespace) -> int:
         done = client.wait(queued["id"], poll_s=args.interval)
         if done["state"] != "SUCCEEDED":
             print(f"audit {done['id']} {done['state']}: {done['message'] or ''}", file=sys.stderr)
-            return 1
+            return ExitCode.JOB_NOT_SUCCEEDED
         report = client.results(done["id"])
     if args.json:
         emit_json(report)
     else:
         _print_report(report)
-    return 0 if report["verdict"] == "PASS" else 1
+    return ExitCode.OK if report["verdict"] == "PASS" else ExitCode.JOB_NOT_SUCCEEDED
 
 
 def _print_report(report: dict[str, Any]) -> None:

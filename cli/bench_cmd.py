@@ -95,6 +95,24 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
         help="the job store: a SQLAlchemy URL (a PostgreSQL of your own; the run's teams, keys and jobs stay "
         "in it) or 'sqlite' (the default: a fresh file in a temp folder); repeat to run against each in turn",
     )
+    load.add_argument(
+        "--noisy-neighbour",
+        action="store_true",
+        help="instead: one quiet team of --clients clients, alone and beside a noisy team at its limits, "
+        "--seconds each (bench/noisy_neighbour.py); passes when the quiet p99 beside it stays within "
+        "--p99-bound of the p99 alone and the quiet team gets no error",
+    )
+    load.add_argument("--noisy-clients", type=int, default=4, help="the noisy team's API keys")
+    load.add_argument(
+        "--noisy-concurrency", type=int, default=4, help="requests the noisy team has in flight per key"
+    )
+    load.add_argument(
+        "--noisy-quota-bytes", type=int, default=200_000, help="the noisy team's storage quota (bytes)"
+    )
+    load.add_argument(
+        "--rounds", type=int, default=4, help="alone/beside window pairs the 2 x --seconds are cut into"
+    )
+    load.add_argument("--p99-bound", type=float, default=2.0, help="loaded p99 / unloaded p99 that passes")
     load.set_defaults(handler=run_load)
 
     # Benchmarks with their own options (`smartune bench dashboard --help`): the arguments pass through.
@@ -127,7 +145,10 @@ def run_api(args: argparse.Namespace) -> int:
 
 
 def run_load(args: argparse.Namespace) -> int:
-    from bench.load import main
+    if args.noisy_neighbour:
+        from bench.noisy_neighbour import main
+    else:
+        from bench.load import main
 
     return main(args)
 

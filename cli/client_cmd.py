@@ -15,9 +15,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from cli.completion_cmd import FILE, completes
+from cli.exit_codes import ExitCode
 from smartune import FINAL_STATES as FINAL
 from smartune import Client, SmartuneError
 from smartune.config import KEY_ENV, KEY_FILE_ENV, key_from_env
@@ -135,7 +136,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="a job's state and progress; --watch follows it to the end")
     p.add_argument("job_id")
     p.add_argument(
-        "--watch", action="store_true", help="refresh until the job ends (exit 1 unless SUCCEEDED)"
+        "--watch",
+        action="store_true",
+        help="refresh until the job ends (exit 1 unless SUCCEEDED); not on a terminal, print only changes",
     )
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     common(p)
@@ -239,13 +242,25 @@ def _ending(job: dict[str, Any]) -> None:
         print(f"  {line}")
 
 
+def progress_lines(out: TextIO) -> Callable[[dict[str, Any]], None]:
+    """A `Client.wait` progress callback printing `describe(job)` to `out`: every refresh on a terminal,
+    only a line that differs from the last one elsewhere (a log or a pipe keeps one line per change)."""
+    last: list[str] = []
+
+    def progress(job: dict[str, Any]) -> None:
+        line = describe(job)
+        if out.isatty() or last != [line]:
+            print(line, file=out, flush=True)
+        last[:] = [line]
+
+    return progress
+
+
 def status(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one JSON document
     with connect(args) as client:
         if args.watch:
-            job = client.wait(
-                args.job_id, poll_s=args.interval, progress=lambda j: print(describe(j), file=out, flush=True)
-            )
+            job = client.wait(args.job_id, poll_s=args.interval, progress=progress_lines(out))
         else:
             job = client.job(args.job_id)
             if not args.json:
@@ -254,7 +269,7 @@ def status(args: argparse.Namespace) -> int:
         emit_json(job)
     else:
         _ending(job)
-    return 0 if not args.watch or job["state"] == "SUCCEEDED" else 1
+    return ExitCode.OK if not args.watch or job["state"] == "SUCCEEDED" else ExitCode.JOB_NOT_SUCCEEDED
 
 
 def cancel(args: argparse.Namespace) -> int:

@@ -9,12 +9,32 @@ def _hours(value: float | None, unit: str) -> str:
     return "unknown" if value is None else f"{value:.3f} {unit}"
 
 
+def _size(n: float) -> str:
+    """Bytes in decimal units, three significant digits, as the server's messages write them."""
+    for factor, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if abs(n) >= factor:
+            return f"{n / factor:.3g} {unit}"
+    return f"{n:g} B"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def trial_count(plan: dict[str, Any]) -> str:
+    """`4 cells x 2 seeds = 8 trials` (a cell: one configuration of the grid, task included; the plan's
+    `cells` count each seed apart), with `x 3 samples` when random search draws several per cell."""
+    seeds = plan.get("seeds") or 1  # a server older than the field: seeds unknown, counted as one
+    factors = [_count(plan["cells"] // seeds, "cell"), _count(seeds, "seed")]
+    if plan["samples_per_cell"] != 1:
+        factors.append(_count(plan["samples_per_cell"], "sample"))
+    return f"{' x '.join(factors)} = {_count(plan['trials'], 'trial')}"
+
+
 def render_estimate(plan: dict[str, Any]) -> None:
     unit = plan["unit"]
     running = plan["concurrency"]["running"]
-    print(
-        f"{plan['trials']} trials ({plan['cells']} cells x {plan['samples_per_cell']} samples) on {plan['device']}"
-    )
+    print(f"{trial_count(plan)} on {plan['device']}")
     for g in plan["groups"]:
         print(f"  {g['trials']} x {g['task']} {g['model']} {g['method']} seq {g['max_seq_length']}: "
               f"{g['epochs']} epochs of {g['train_examples'] if g['train_examples'] is not None else '?'} "
@@ -39,3 +59,10 @@ def render_estimate(plan: dict[str, Any]) -> None:
               f"{budget['reserved']:.3f} reserved, {budget['left']:.3f} left")  # fmt: skip
     if not budget["fits"]:
         print(f"a submission would be refused: {budget['refusal']}")
+    room = plan.get("storage")  # absent from a server older than the field
+    if room is not None:
+        quota = "no quota" if room["quota_bytes"] is None else f"quota {_size(room['quota_bytes'])}"
+        print(f"storage: {_size(room['used_bytes'])} used ({quota}): datasets {_size(room['datasets_bytes'])}, "
+              f"checkpoints {_size(room['checkpoints_bytes'])}, MLflow artifacts {_size(room['artifacts_bytes'])}")  # fmt: skip
+        if not room["fits"]:
+            print(f"a submission would be refused: {room['refusal']}")

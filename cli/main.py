@@ -22,6 +22,7 @@ from cli import (
     view_cmd,
     webhooks_cmd,
 )
+from cli.exit_codes import ExitCode, for_error
 from smartune.errors import SmartuneError  # the SDK's refusals; `import smartune` loads the stdlib only
 
 Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
@@ -44,8 +45,11 @@ _SUBCOMMANDS: tuple[Registrar, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    exits = ", ".join(f"{code.value} {code.name.lower().replace('_', ' ')}" for code in ExitCode)
     parser = argparse.ArgumentParser(
-        prog="smartune", description="Robust fine-tuning (SMART) experiments: train, sweep, serve."
+        prog="smartune",
+        description="Robust fine-tuning (SMART) experiments: train, sweep, serve.",
+        epilog=f"exit status: {exits} (docs/cli.md)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in _SUBCOMMANDS:
@@ -55,17 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit status is one of cli.exit_codes.ExitCode (docs/cli.md)."""
+    args = build_parser().parse_args(argv)  # a usage error exits 2 (ExitCode.USAGE) here
     try:
         client_cmd.refuse_key_flag(args)  # a key given as a flag is refused before anything runs
-        return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError, SmartuneError) as err:  # bad input, a refusal: one clear line
+        return int(args.handler(args) or ExitCode.OK)
+    except (ValueError, OSError, SmartuneError) as err:  # bad input, a refusal: one clear line
         for line in _describe(err):
             print(f"smartune {args.command}: error: {line}", file=sys.stderr)
-        return 2
+        return int(for_error(err))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
 
 
 def _describe(err: Exception) -> list[str]:

@@ -24,7 +24,7 @@ run) is checked against what its team may have now, in this order:
 
 A spec's refusals are 422s naming its field; a stored job's are 409s naming the same field (its request
 has no body: what changed is the team's settings). A dry run goes through the same checks, reports the
-budget instead of raising it, and takes no room in the queue.
+budget and the storage instead of raising them, and takes no room in the queue.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class Admission:
     priority: int  # the priority the job is queued at
     note: str | None  # what admission changed, for the job's timeline (a lowered priority); None: nothing
     budget: dict[str, Any]  # service.costs.budget.check's answer (+ `refusal` on a dry run over it)
+    storage: dict[str, Any]  # the team's disk use against its quota, `fits`, `refusal` (service.storage)
 
 
 def admit(
@@ -112,10 +113,22 @@ def admit(
         if not dry_run:
             raise
         answer = {**(err.extra or {})["budget"], "refusal": err.detail}
-    storage.check_job(session, settings, team)  # 409 with the numbers when the team's disk quota is used up
+    room = _check_storage(session, settings, team, dry_run)
     if not dry_run:
         _check_queue_room(session, settings, team)
-    return Admission(priority=priority, note=note, budget=answer)
+    return Admission(priority=priority, note=note, budget=answer, storage=room)
+
+
+def _check_storage(session: Session, settings: Settings, team: Team, dry_run: bool) -> dict[str, Any]:
+    """The team's storage (service.storage.schemas.StorageCheck): 409 with the numbers when its quota is used
+    up (a job adds checkpoints), which a dry run reports instead (`fits` false, `refusal`)."""
+    try:
+        used = storage.check_job(session, settings, team)
+    except ApiError as err:
+        if not dry_run:
+            raise
+        return {**(err.extra or {})["storage"], "fits": False, "refusal": err.detail}
+    return {**used.public().model_dump(mode="json"), "fits": True, "refusal": None}
 
 
 def _refusal(ask: Ask, field: str, detail: str) -> ApiError:

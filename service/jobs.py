@@ -130,12 +130,14 @@ def dry_run(
     *, session: Session, settings: Settings, team: Team, spec: JobSpec, capacity: Resources | None = None
 ) -> dict[str, Any]:
     """What a submission of `spec` would be told, and its plan; nothing is created. A budget it would
-    exceed is reported in the plan (`budget.fits` false, `budget.refusal`), not raised."""
+    exceed, or a storage quota the team has used up, is reported in the plan (`budget` / `storage`: `fits`
+    false, `refusal`), not raised."""
     spec = _pinned(session, settings, team, spec)
     n_trials = validation.check_spec(spec, settings=settings, team=team)
     plan = cost_plan(session=session, settings=settings, team=team, spec=spec, capacity=capacity)
     ask = _spec_ask(spec, team, n_trials, plan)
-    plan["budget"] = admission.admit(session, settings, team, ask, capacity=capacity, dry_run=True).budget
+    admitted = admission.admit(session, settings, team, ask, capacity=capacity, dry_run=True)
+    plan["budget"], plan["storage"] = admitted.budget, admitted.storage
     return {"dry_run": True, **plan}
 
 

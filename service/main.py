@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from service import dashboard, errors
 from service.api.deps import KeyCache, Writer
@@ -61,23 +61,10 @@ TAGS = [
     {"name": "teams", "description": "Teams, quotas and keys (admin keys only)."},
     {"name": "keys", "description": "API keys."},
     {"name": "health", "description": "Liveness and readiness."},
+    {"name": "schema", "description": "The job spec's JSON Schema (no key needed)."},
 ]
 
-_HOME = """<!doctype html>
-<html><head><meta charset="utf-8"><title>smartune</title></head>
-<body>
-<h1>smartune</h1>
-<p>The control plane of robust fine-tuning sweeps (SMART) on a shared GPU pool.</p>
-<ul>
-<li><a href="/ui/jobs">The sweep dashboard</a> (sign in with an API key)</li>
-<li><a href="/docs">API documentation (Swagger UI)</a> &middot; <a href="/redoc">ReDoc</a>
- &middot; <a href="/openapi.json">OpenAPI document</a></li>
-<li>API root: <code>/api/v1</code>; every endpoint but <code>/healthz</code> wants
-<code>Authorization: Bearer &lt;key&gt;</code></li>
-<li><a href="/healthz">/healthz</a></li>
-</ul>
-</body></html>
-"""
+DASHBOARD_HOME = "/ui/jobs"  # where `/` sends a browser: the dashboard (its sign-in page first)
 
 
 def _version() -> str:
@@ -204,16 +191,16 @@ def _html(html: str, policy: str | None = None) -> HTMLResponse:
 
 
 def _add_pages(app: FastAPI) -> None:
-    """The placeholder home page (static: the API's own policy) and the two documentation pages."""
+    """The home page (a redirect to the dashboard) and the two documentation pages."""
     swagger = bytes(
         get_swagger_ui_html(openapi_url="/openapi.json", title="smartune - Swagger UI").body
     ).decode()
     redoc = bytes(get_redoc_html(openapi_url="/openapi.json", title="smartune - ReDoc").body).decode()
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def read_home() -> HTMLResponse:
-        """The home page: where the dashboard and the API documentation are."""
-        return _html(_HOME)
+    @app.get("/", include_in_schema=False)
+    async def read_home() -> RedirectResponse:
+        """The home page is the dashboard (the API's documentation is at /docs)."""
+        return RedirectResponse(DASHBOARD_HOME, status_code=307)
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
     async def read_docs() -> HTMLResponse:

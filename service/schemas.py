@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from service.costs.schemas import CostPublic
 from service.storage.schemas import StoragePublic
-from worker.contract.names import DISPLAY_NAME
+from worker.contract.names import DISPLAY_NAME, no_hidden_character
 
 
 class Message(BaseModel):
@@ -116,7 +116,14 @@ class TeamsPublic(BaseModel):
 class ApiKeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, max_length=200, examples=["ci pipeline"])
+    name: Annotated[str | None, DISPLAY_NAME] = Field(
+        None,
+        max_length=200,
+        examples=["ci pipeline"],
+        description="shown to admins as is, so no control or format character (newlines, bidirectional "
+        "overrides, zero-width characters: Unicode Cc, Cf, Cs, Zl, Zp)",
+        json_schema_extra=no_hidden_character,
+    )
     is_admin: bool = False
 
 

@@ -19,7 +19,7 @@ import uvicorn
 from service.config import Settings
 from service.engine import head_plan, local_head, planned_stop, run_records
 from service.http import logs
-from service.main import create_app
+from service.main import DASHBOARD_HOME, create_app, key_file
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
@@ -53,11 +53,8 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         settings = settings.model_copy(update=updates)
     url = f"http://{settings.host}:{settings.port}/"
     record = run_records.record_serve(settings.data_dir, url)
-    print(  # noqa: T201
-        f"smartune: {url} (API docs at /docs); Ray at {settings.ray_address}; data in {settings.data_dir}; "
-        "stop with Ctrl-C or `smartune stop`",
-        flush=True,
-    )
+    for line in banner(settings):
+        print(f"smartune: {line}", flush=True)  # noqa: T201
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it with the handler found here: make that
     # an ordinary exit, so the `finally` below runs (a default SIGTERM would end the process there).
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -78,6 +75,21 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
                 if requeued := planned_stop.requeue_in_store(settings):
                     said = f"requeued {len(requeued)} running job(s); they resume at the next start"
                     print(f"smartune: {said}", flush=True)  # noqa: T201
+
+
+def banner(settings: Settings) -> list[str]:
+    """What a newcomer needs from the start-up: the API and its docs, the dashboard, where the admin key
+    is and how a team's key is made, Ray, the data, how to stop."""
+    url = f"http://{settings.host}:{settings.port}"
+    key = key_file(settings)
+    admin = (f"admin key in {key}" if settings.bootstrap_admin or key.exists()
+             else "no admin key file (SMARTUNE_BOOTSTRAP_ADMIN is off): `smartune admin create-key --admin`")  # fmt: skip
+    return [
+        f"API at {url}/api/v1 (docs at {url}/docs; the job spec's schema at {url}/api/v1/schema/jobspec)",
+        f"dashboard at {url}{DASHBOARD_HOME} (sign in with an API key)",
+        f"{admin}; jobs are submitted with a team's key: `smartune admin create-team NAME` prints one",
+        f"Ray at {settings.ray_address}; data in {settings.data_dir}; stop with Ctrl-C or `smartune stop`",
+    ]
 
 
 def _exit_on_sigterm(_signum: int, _frame: FrameType | None) -> None:

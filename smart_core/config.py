@@ -42,6 +42,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "rs_arithmetic": get_args(RsArithmetic),
 }
 _TEACHER_DROPOUT_BOOL = {False: "off", True: "independent"}  # the switch's older true/false spelling
+FIELD_ALIASES: dict[str, tuple[Any, ...]] = {"teacher_dropout": tuple(_TEACHER_DROPOUT_BOOL)}  # also accepted
 
 # What each field is to the equivalence of two configs (worker.contract.grid.canonical_method): the switch
 # that makes it irrelevant to training. Every field declares its role where it is declared (`_role`).
@@ -57,62 +58,89 @@ FieldRole = Literal[
 _T = TypeVar("_T")
 
 
-def _role(role: FieldRole, default: _T) -> _T:
-    """A MethodConfig field with its `role` (FieldRole) in its metadata."""
-    return field(default=default, metadata={"role": role})
+def _role(role: FieldRole, default: _T, help: str, *, ge: float | None = None, le: float | None = None) -> _T:
+    """A MethodConfig field with its `role` (FieldRole), its one-line `help` and its bounds [ge, le] in its
+    metadata: the job spec's JSON Schema and docs/spec.md are generated from them
+    (worker.contract.method_schema), and `__post_init__` enforces the bounds."""
+    return field(default=default, metadata={"role": role, "help": help, "ge": ge, "le": le})
 
 
 @dataclass(frozen=True)
 class MethodConfig:
     """Every hyperparameter of a training method; defaults are the paper's (Section 4.1, Appendix B)."""
 
-    method: MethodName = _role("method", "smart")
-    # λ_s: weight of the smoothness regulariser R_s (0 = the "−R_s" ablation). The outer R_s gradient
-    # differentiates the full symmetric KL; mt-dnn's released SymKlCriterion stops the gradient in each of
-    # its two terms, i.e. half this gradient near δ = 0. So λ_s = 1 here acts like mt-dnn's adv_alpha = 2
-    # (classification; docs/architecture.md §4). The math is unchanged; only copied values need halving.
-    lambda_s: float = _role("method", 1.0)
-    # μ: weight of the Bregman proximal term D_Breg (0 = the "−D_Breg" ablation)
-    mu: float = _role("method", 1.0)
-    # ε: radius of the ℓ_p ball of the `ball` projection (embedding units)
-    epsilon: float = _role("ascent", 1e-5)
-    # σ: std of the Gaussian init ν ~ N(0, σ²I) (half-width with noise=uniform)
-    sigma: float = _role("perturbation", 1e-5)
-    noise: NoiseDist = _role("perturbation", "normal")
-    eta: float = _role("ascent", 1e-3)  # η: ascent step size, applied to the normalised gradient
-    ascent_steps: int = _role("perturbation", 1)  # T_x: inner ascent steps (paper: 1)
-    projection: Projection = _role("ascent", "ball")
-    # How g is normalised before the step (Algorithm 1 line 8: per example ℓ∞).
-    grad_norm: GradNorm = _role("ascent", "example-inf")
-    norm_p: NormP = _role("ascent", "inf")  # p of the ball (`ball`) or of the per-token norm (`renorm`)
-    # Added to the per-token norm in `renorm` (mt-dnn's "adv_epsilon"), not a radius.
-    renorm_stabilizer: float = _role("ascent", 1e-6)
-    # MBPP (EMA teacher), VBPP (previous outer iterate) or none
-    bregman: BregmanKind = _role("bregman", "momentum")
-    # S: optimiser updates per outer proximal iteration (reference fixed during them)
-    inner_updates: int = _role("bregman", 1)
-    # β of the EMA teacher for the first `beta_switch` fraction of planned updates
-    beta_early: float = _role("bregman", 0.99)
-    beta_late: float = _role("bregman", 0.999)  # β afterwards
-    beta_switch: float = _role("bregman", 0.1)  # fraction of planned updates that use beta_early
-    # How the R_s forwards (ascent, perturbed, and their clean reference) treat dropout; see smart_core.dropout.
-    rs_dropout: DropoutMode = _role("perturbation", "independent")
-    # The teacher f(x; θ̃): "off" = eval mode, a deterministic target (~1/3 cheaper on CPU); "shared" = the
-    # clean forward's masks; "independent" = masks of its own. true/false mean independent/off.
-    teacher_dropout: DropoutMode = _role("bregman", "off")
-    perturb_site: PerturbSite = _role("site", "embedding-output")
-    # Every N-th step also measures R_s at δ = 0 (the dropout-only control) and the ascent's signal (the
-    # cosine of the ascent gradients at ν and −ν); 0 = never. They cost about two forwards when measured.
-    diagnostics_every: int = _role("observation", 10)
-    adv_steps: int = _role("adversarial", 2)  # K: ascent steps of FreeLB / PGD
-    adv_lr: float = _role("adversarial", 0.1)  # α: FreeLB / PGD step size on the normalised gradient
-    # FreeLB / PGD initial perturbation magnitude (0 = start clean)
-    adv_init_mag: float = _role("adversarial", 0.6)
-    adv_max_norm: float = _role("adversarial", 0.0)  # FreeLB / PGD projection radius (0 = no projection)
-    # FreeLB / PGD norm for init, normalisation and projection.
-    adv_norm: Literal["l2", "inf"] = _role("adversarial", "l2")
-    # The arithmetic of R_s's passes below the step's resolution (RsArithmetic above; docs/architecture.md §4).
-    rs_arithmetic: RsArithmetic = _role("perturbation", "fp32")
+    method: MethodName = _role("method", "smart", "the algorithm: vanilla, smart, r3f, freelb or pgd")
+    # The outer R_s gradient differentiates the full symmetric KL; mt-dnn's released SymKlCriterion stops the
+    # gradient in each of its two terms, i.e. half this gradient near δ = 0. So λ_s = 1 here acts like
+    # mt-dnn's adv_alpha = 2 (classification; docs/architecture.md §4). Only copied values need halving.
+    lambda_s: float = _role(
+        "method", 1.0, "λ_s: weight of the smoothness regulariser R_s (0 = the paper's −R_s ablation)", ge=0
+    )
+    mu: float = _role(
+        "method", 1.0, "μ: weight of the Bregman proximal term D_Breg (0 = the −D_Breg ablation)", ge=0
+    )
+    epsilon: float = _role(
+        "ascent", 1e-5, "ε: radius of the ℓ_p ball of the `ball` projection (embedding units)", ge=0
+    )
+    sigma: float = _role(
+        "perturbation", 1e-5, "σ: std of the initial noise ν ~ N(0, σ²I) (half-width with noise uniform); "
+        "SMART and R3F refuse 0 < σ < 1e-5, which fp32 cannot resolve", ge=0,
+    )  # fmt: skip
+    noise: NoiseDist = _role("perturbation", "normal", "distribution of the initial noise ν")
+    eta: float = _role("ascent", 1e-3, "η: ascent step size, applied to the normalised gradient", ge=0)
+    ascent_steps: int = _role("perturbation", 1, "T_x: inner ascent steps (paper: 1; 0: noise only)", ge=0)
+    projection: Projection = _role(
+        "ascent", "ball", "ball: clamp δ to the ε-ball (the paper); renorm: the official mt-dnn rule"
+    )
+    grad_norm: GradNorm = _role(
+        "ascent", "example-inf", "how the ascent gradient is normalised before the step (Algorithm 1 line 8: "
+        "per example ℓ∞)",
+    )  # fmt: skip
+    norm_p: NormP = _role("ascent", "inf", "p of the ball (`ball`) or of the per-token norm (`renorm`)")
+    renorm_stabilizer: float = _role(
+        "ascent", 1e-6, "added to the per-token norm in `renorm` (mt-dnn's adv_epsilon), not a radius", ge=0
+    )
+    bregman: BregmanKind = _role(
+        "bregman", "momentum", "the proximal term's teacher: momentum (MBPP, an EMA), vanilla (VBPP, the "
+        "previous outer iterate) or none",
+    )  # fmt: skip
+    inner_updates: int = _role(
+        "bregman", 1, "S: optimiser updates per outer proximal iteration (reference fixed during them)", ge=1
+    )
+    beta_early: float = _role(
+        "bregman", 0.99, "β of the EMA teacher for the first `beta_switch` fraction of updates", ge=0, le=1
+    )
+    beta_late: float = _role("bregman", 0.999, "β of the EMA teacher afterwards", ge=0, le=1)
+    beta_switch: float = _role("bregman", 0.1, "fraction of planned updates that use beta_early", ge=0, le=1)
+    rs_dropout: DropoutMode = _role(
+        "perturbation", "independent", "how the R_s forwards (ascent, perturbed, clean reference) treat "
+        "dropout (smart_core.dropout)",
+    )  # fmt: skip
+    teacher_dropout: DropoutMode = _role(
+        "bregman", "off", "the teacher f(x; θ̃): off = eval mode, a deterministic target (~1/3 cheaper on "
+        "CPU); shared = the clean forward's masks; independent = masks of its own (true/false: independent/off)",
+    )  # fmt: skip
+    perturb_site: PerturbSite = _role(
+        "site", "embedding-output", "where δ is added: the embedding layer's output (SMART) or the word "
+        "embeddings (FreeLB, R3F, PGD)",
+    )  # fmt: skip
+    diagnostics_every: int = _role(
+        "observation", 10, "every N-th step also measures R_s at δ = 0 and the ascent's signal (about two "
+        "forwards); 0 = never", ge=0,
+    )  # fmt: skip
+    adv_steps: int = _role("adversarial", 2, "K: ascent steps of FreeLB / PGD (at least 1 for them)")
+    adv_lr: float = _role("adversarial", 0.1, "α: FreeLB / PGD step size on the normalised gradient", ge=0)
+    adv_init_mag: float = _role(
+        "adversarial", 0.6, "FreeLB / PGD initial perturbation magnitude (0 = start clean)"
+    )
+    adv_max_norm: float = _role("adversarial", 0.0, "FreeLB / PGD projection radius (0 = no projection)")
+    adv_norm: Literal["l2", "inf"] = _role(
+        "adversarial", "l2", "FreeLB / PGD norm for init, normalisation and projection"
+    )
+    rs_arithmetic: RsArithmetic = _role(
+        "perturbation", "fp32", "the arithmetic of R_s's passes below the step's resolution: auto, fp32 or "
+        "linearized (docs/architecture.md §4)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if isinstance(self.teacher_dropout, bool):
@@ -134,20 +162,9 @@ class MethodConfig:
                 if not float(value).is_integer():
                     raise ValueError(f"{f.name} must be a whole number, got {value!r}")
                 object.__setattr__(self, f.name, int(value))  # 2.0 from JSON/YAML -> 2 (frozen dataclass)
-        for name in ("lambda_s", "mu", "epsilon", "sigma", "eta", "renorm_stabilizer", "adv_lr"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("beta_early", "beta_late", "beta_switch"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
-        if self.ascent_steps < 0:
-            raise ValueError(f"ascent_steps (T_x) must be >= 0, got {self.ascent_steps}")
-        if self.diagnostics_every < 0:
-            raise ValueError(f"diagnostics_every must be >= 0, got {self.diagnostics_every}")
+        self._check_bounds()
         self._check_resolution()
         self._check_method_identity()
-        if self.inner_updates < 1:
-            raise ValueError(f"inner_updates (S) must be >= 1, got {self.inner_updates}")
         if self.method in ("freelb", "pgd") and self.adv_steps < 1:
             raise ValueError(f"adv_steps (K) must be >= 1 for {self.method}, got {self.adv_steps}")
         if self.uses_bregman and self.bregman == "vanilla" and self.inner_updates == 1:
@@ -156,6 +173,15 @@ class MethodConfig:
                 "outer iterate, which equals the current weights, so D_Breg(θ_t, θ_t) = 0. "
                 "Use S > 1 or bregman='momentum' (MBPP)."
             )
+
+    def _check_bounds(self) -> None:
+        """Each field's declared [ge, le] (its metadata)."""
+        for f in fields(self):
+            low, high, value = f.metadata["ge"], f.metadata["le"], getattr(self, f.name)
+            if low is not None and high is not None and not low <= value <= high:
+                raise ValueError(f"{f.name} must lie in [{low:g}, {high:g}], got {value}")
+            if low is not None and value < low:
+                raise ValueError(f"{f.name} must be >= {low:g}, got {value}")
 
     def _check_resolution(self) -> None:
         if self.method not in ("smart", "r3f") or self.lambda_s == 0:

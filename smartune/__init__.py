@@ -14,7 +14,7 @@ read, pandas for `trials_frame`. The `smartune` command line (`cli/`, also `pyth
 from __future__ import annotations
 
 from smartune.client import FINAL_STATES, Client
-from smartune.errors import SmartuneError
+from smartune.errors import ServerUnreachable, SmartuneError
 from smartune.specs import read_spec
 
-__all__ = ["FINAL_STATES", "Client", "SmartuneError", "read_spec"]
+__all__ = ["FINAL_STATES", "Client", "ServerUnreachable", "SmartuneError", "read_spec"]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from smartune.errors import SmartuneError
+from smartune.errors import ServerUnreachable, SmartuneError
 
 if TYPE_CHECKING:
     import httpx
@@ -89,8 +89,8 @@ class Http:
                     headers={**self._auth, **(headers or {})},
                 )
             except httpx.TransportError as err:
-                raise SmartuneError(
-                    None, f"cannot reach the server at {self.base_url} ({err}); is `smartune serve` running?"
+                raise ServerUnreachable(
+                    f"cannot reach the server at {self.base_url} ({err}); is `smartune serve` running?"
                 ) from None
             if response.status_code in RETRIED and attempt < self.retries:
                 time.sleep(retry_after(response, self.max_retry_wait_s))

@@ -1,4 +1,5 @@
-"""The one error the SDK raises for the server's refusals: `SmartuneError(status, detail, field)`."""
+"""The one error the SDK raises for the server's refusals: `SmartuneError(status, detail, field)`; its
+subclass `ServerUnreachable` when no answer came at all."""
 
 from __future__ import annotations
 
@@ -50,3 +51,10 @@ class SmartuneError(Exception):
             body.get("field") if isinstance(body.get("field"), str) else None,
             errors=errors if isinstance(errors, list) else None,
         )
+
+
+class ServerUnreachable(SmartuneError):
+    """No answer came from the server (refused connection, unknown host, timeout): `status` is None."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(None, detail)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routes import audits, datasets, jobs, keys, models, pool, teams, webhooks
+from service.api.routes import audits, datasets, jobs, keys, models, pool, schema, teams, webhooks
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -15,3 +15,4 @@ api_router.include_router(keys.router)
 api_router.include_router(datasets.router)
 api_router.include_router(models.router)
 api_router.include_router(webhooks.router)
+api_router.include_router(schema.router)

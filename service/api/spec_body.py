@@ -11,7 +11,8 @@ parses them and checks, in order, what is cheap:
 3. the grid's raw size, counted from the JSON (explicit grid axes and the preset's, times tasks, times
    seeds) against the deployment's `max_cells` x `CELL_FACTOR` (422 on `search_space`): equivalent cells
    are merged only by the expansion, so a grid may shrink, but never by more than this factor here;
-4. then the contract's own validation, whose errors become the usual 422 naming the field. The checks
+4. then the contract's own validation, whose errors become the usual 422 naming the field (an unknown
+   field's with the one it probably meant: "did you mean `method_params.epsilon`?"). The checks
    the contract runs on the whole spec (every grid cell must make a valid trial) report no field; the
    field is found here from where the document sets the value the message names (`locate`).
 """
@@ -27,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from service.errors import ApiError
+from worker.contract.hints import did_you_mean
 from worker.contract.presets import SEARCH_PRESETS
 from worker.contract.spec import JobSpec
 
@@ -171,7 +173,15 @@ def read_spec(raw: bytes, content_type: str | None, *, max_cells: int) -> JobSpe
         return JobSpec.model_validate(doc, strict=True)  # as the schema says: no "5" for 5, no 0 for false
     except ValidationError as err:
         errors = [
-            {**e, "loc": ("body", *(e["loc"] or locate(str(e["msg"]), doc)))}
+            {**e, "loc": ("body", *(e["loc"] or locate(str(e["msg"]), doc))), "msg": _hinted(e)}
             for e in err.errors(include_url=False, include_input=False)
         ]
         raise RequestValidationError(errors) from None
+
+
+def _hinted(error: Any) -> str:
+    """An unknown field's message with the field it probably meant (worker.contract.hints)."""
+    msg = str(error["msg"])
+    if error["type"] == "extra_forbidden" and error["loc"]:
+        msg += did_you_mean(error["loc"])
+    return msg

@@ -197,6 +197,7 @@ def plan(
         "cells": len(cells),
         "plan_digest": spec.plan_digest(),  # the driver checks that it expands the same trials (dispatch)
         "samples_per_cell": samples,
+        "seeds": len(set(spec.seeds)),  # `cells` holds each seed apart: cells / seeds configurations
         "device": device,
         "unit": unit,
         "units_per_trial": units,

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from service.storage.schemas import StorageCheck
+
 
 class BudgetPublic(BaseModel):
     unit: str = Field(description="gpu-hours (trials with GPUs: GPUs x hours) or cpu-hours")
@@ -52,8 +54,9 @@ class JobEstimate(BaseModel):
 
     dry_run: bool = True
     trials: int = Field(description="after deduplication, times search.num_samples")
-    cells: int
+    cells: int = Field(description="distinct grid cells after deduplication, each seed counted apart")
     samples_per_cell: int
+    seeds: int = Field(description="seeds per configuration: `cells` / `seeds` configurations of the grid")
     device: str = Field(description="cpu, a GPU's name, or `gpu` (SMARTUNE_GPU_KIND unset)")
     unit: str
     units_per_trial: float = Field(description="GPUs (or CPUs) a trial reserves")
@@ -75,6 +78,9 @@ class JobEstimate(BaseModel):
         "memory, the `gpu_fraction` a trial packs to and `trials_per_gpu` (docs/memory_packing.md)",
     )
     budget: BudgetPublic
+    storage: StorageCheck = Field(
+        description="the team's storage against its quota, as a submission checks it"
+    )
 
 
 class CostPublic(BaseModel):

@@ -52,6 +52,10 @@ def fields(form: Form) -> tuple[str, TaskSpec, str | None]:
         task = get_task(form.fields.get("task", "").strip() or "?")
     except ValueError as err:
         raise ApiError(422, f"task: {err}", field="task") from None
+    try:  # as given: a trailing newline is refused too, as the document's pattern says
+        check_display_name(form.fields.get("description", ""), "description")
+    except ValueError as err:
+        raise ApiError(422, f"description: {err}", field="description") from None
     description = form.fields.get("description", "").strip() or None
     if description is not None and len(description) > MAX_DESCRIPTION:
         raise ApiError(422, f"description: longer than {MAX_DESCRIPTION} characters", field="description")

@@ -22,7 +22,7 @@ import threading
 import time
 
 from service.config import Settings
-from service.engine import lease
+from service.engine import lease, pool_peak
 from service.engine.dispatch import Dispatcher
 from service.engine.mlflow_teams import TeamAccess
 from service.engine.ray_jobs import RayJobs, RayUnavailable
@@ -64,6 +64,7 @@ class Engine:
         self.notifier = Notifier(db=db, settings=settings)  # webhook deliveries, in its own threads
         self.capacity: Resources | None = None
         self.capacity_error: str | None = None  # why the last read of the capacity failed, if it did
+        self._peak: pool_peak.Peak | None = None  # the most the pool has offered (service.engine.pool_peak)
         self.reconciled = False
         self.last_error: str | None = None
         self._capacity_at = self._scheduled_at = float("-inf")
@@ -159,6 +160,7 @@ class Engine:
             if force or time.monotonic() - self._capacity_at >= self.settings.capacity_ttl_s:
                 try:
                     self.capacity, self.capacity_error = self.ray.capacity(), None
+                    self._record_peak(self.capacity)
                 except RayUnavailable as err:
                     self._failed_at = time.monotonic()
                     if self.capacity is None:
@@ -167,6 +169,13 @@ class Engine:
                     logger.warning("%s", self.capacity_error)
                 self._capacity_at = time.monotonic()
         return self.capacity
+
+    def _record_peak(self, capacity: Resources) -> None:
+        """Keep the most the pool has offered (service.engine.pool_peak: `admin create-team` warns by it)."""
+        try:
+            self._peak = pool_peak.record(self.settings.data_dir, capacity, self._peak)
+        except OSError as err:  # a hint for a warning: never a reason for the round to fail
+            logger.warning("could not record the pool's peak in %s: %s", self.settings.data_dir, err)
 
     def known_capacity(self) -> Resources | None:
         """The pool as last read; when it never was, read now (or wait for the round's read under way), so

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.store.outbox import DEFAULT_EVENTS, EVENTS, EventType
+from worker.contract.names import DISPLAY_URL, no_hidden_character
 
 
 class WebhookCreate(BaseModel):
@@ -14,7 +16,14 @@ class WebhookCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(min_length=1, max_length=2048, examples=["https://ci.example.com/hooks/smartune"])
+    url: Annotated[str, DISPLAY_URL] = Field(
+        min_length=1,
+        max_length=2048,
+        examples=["https://ci.example.com/hooks/smartune"],
+        description="shown to the team and admins as is, so no control or format character (bidirectional "
+        "overrides, zero-width characters: Unicode Cc, Cf, Cs, Zl, Zp)",
+        json_schema_extra=no_hidden_character,
+    )
     events: list[EventType] = Field(
         default_factory=lambda: list(DEFAULT_EVENTS),  # type: ignore[arg-type]
         min_length=1,

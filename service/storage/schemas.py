@@ -22,3 +22,13 @@ class StoragePublic(BaseModel):
         description="when checkpoints and artifacts were last measured (every SMARTUNE_STORAGE_REFRESH_S); "
         "null = not yet"
     )
+
+
+class StorageCheck(StoragePublic):
+    """A dry run's storage: the team's disk use against its quota, and whether a submission would pass it."""
+
+    fits: bool = Field(
+        description="false: a submission is refused with 409 and these numbers (the team is at or past its "
+        "quota, and a job adds checkpoints)"
+    )
+    refusal: str | None = Field(None, description="a dry run: what the submission would be told")

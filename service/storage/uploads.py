@@ -1,8 +1,9 @@
 """An upload under the team's storage quota (service.storage.usage), checked twice: before the body is
 read, against its declared size (Content-Length: the whole multipart body, an upper bound of its files),
 so a full team is refused before it sends gigabytes; and when it is recorded, against its files' bytes
-(nothing when the team already holds the same content), which also settles uploads that raced. A refused
-upload's objects leave the dataset store unless a dataset row already names that content."""
+(nothing when the team already holds the same content), one recording per team at a time, which also
+settles uploads that raced. A refused upload's objects leave the dataset store unless a dataset row already
+names that content."""
 
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ def _holders(session: Session, digest: str, team_id: int | None = None) -> int:
 def record(
     *, session: Session, settings: Settings, team_id: int, key_id: str, item: ops.Upload
 ) -> DatasetCreated:
-    """`ops.record` once the upload's files fit the team's quota; 409 with the numbers otherwise."""
-    team = session.get(Team, team_id)
+    """`ops.record` once the upload's files fit the team's quota; 409 with the numbers otherwise. The team's
+    row is locked until the upload is committed: on PostgreSQL, where writes run side by side, two uploads
+    checked at once would each see room that the other then takes (SQLite has one writer at a time)."""
+    team = session.get(Team, team_id, with_for_update=True)
     if team is not None:
         adding = (
             0 if _holders(session, item.digest, team_id) else sum(int(str(f["bytes"])) for f in item.files)

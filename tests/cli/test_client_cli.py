@@ -26,7 +26,8 @@ def test_admin_creates_teams_and_keys_on_the_store(
     monkeypatch.delenv("DATABASE_URL", raising=False)
     data = str(tmp_path / "data")
     created = ["create-team", "nlp", "--gpus", "2", "--cpus", "6", "--max-jobs", "3", "--max-priority", "5"]
-    assert main(["admin", "--data-dir", data, *created, "--data-root", "/srv/nlp"]) == 0
+    mounted_later = ["--data-root", "/srv/nlp", "--force"]  # a root that does not exist here
+    assert main(["admin", "--data-dir", data, *created, *mounted_later]) == 0
     out = capsys.readouterr()
     team_key = out.out.strip()
     assert team_key.startswith("smt_") and out.out == team_key + "\n"  # the key alone on stdout
@@ -119,9 +120,9 @@ def test_client_errors_are_one_line(
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: mars\n")
-    assert main(["submit", str(bad)]) == 2
+    assert main(["submit", str(bad)]) == 7  # rejected (cli.exit_codes)
     assert "422: task:" in capsys.readouterr().err
-    assert main(["status", "job-nope"]) == 2
+    assert main(["status", "job-nope"]) == 5  # not found
     assert "404: job 'job-nope' not found" in capsys.readouterr().err
     assert main(["submit", str(tmp_path / "missing.yaml")]) == 2
 
@@ -131,7 +132,7 @@ def test_no_key_and_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["jobs"]) == 2
     assert "no API key" in capsys.readouterr().err
     monkeypatch.setenv("SMARTUNE_API_KEY", "smt_x")
-    assert main(["jobs", "--url", "http://127.0.0.1:9"]) == 2
+    assert main(["jobs", "--url", "http://127.0.0.1:9"]) == 8  # unreachable
     assert "cannot reach the server" in capsys.readouterr().err
 
 

@@ -106,9 +106,9 @@ def test_the_views_print_tables(
     assert (
         "best 0.7500  learning_rate=0.0001" in out and "  2    0.7500    0.0000  learning_rate=0.0001" in out
     )
-    assert main(["results", waiting]) == 2
+    assert main(["results", waiting]) == 6  # conflict (cli.exit_codes)
     assert "409: job" in capsys.readouterr().err
-    assert main(["retry", job_id]) == 2  # only a FAILED job goes back to the queue
+    assert main(["retry", job_id]) == 6  # only a FAILED job goes back to the queue
     assert "only a FAILED job can be retried" in capsys.readouterr().err
 
     as_key(admin_key)
@@ -118,7 +118,7 @@ def test_the_views_print_tables(
     out = capsys.readouterr().out
     assert out.startswith("KEY ID") and len(out.splitlines()) == 2
     as_key(team_key)
-    assert main(["teams"]) == 2
+    assert main(["teams"]) == 4  # unauthorised
     assert "403" in capsys.readouterr().err
 
 

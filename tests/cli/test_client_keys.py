@@ -109,5 +109,5 @@ def test_the_file_key_reaches_the_server(
     assert main(["jobs", "--key-file", str(path)]) == 0
     assert "ID" in capsys.readouterr().out
     bad = _key_file(tmp_path, "smt_000000000000_" + "x" * 43)
-    assert main(["jobs", "--key-file", str(bad)]) == 2
+    assert main(["jobs", "--key-file", str(bad)]) == 4  # the server refused it
     assert "401" in capsys.readouterr().err

@@ -67,7 +67,8 @@ def test_push_a_single_file_and_refusals_are_one_line(
 ) -> None:
     train = tmp_path / "train.tsv"
     train.write_bytes(rte_tsv(4) + b"4\ta\tb\tmaybe\n")
-    assert main(["data", "push", str(train), "--name", "x", "--task", "rte", "--no-progress"]) == 2
+    rejected = 7  # cli.exit_codes.ExitCode.REJECTED: the server's 422
+    assert main(["data", "push", str(train), "--name", "x", "--task", "rte", "--no-progress"]) == rejected
     err = capsys.readouterr().err
     assert "train.tsv line 6, column 'label'" in err and len(err.strip().splitlines()) == 1
     assert main(["data", "push", str(tmp_path / "none"), "--name", "x", "--task", "rte"]) == 2
@@ -75,5 +76,5 @@ def test_push_a_single_file_and_refusals_are_one_line(
     assert main(["data", "show", "x@zero"]) == 2
     assert main(["data", "delete", "x"]) == 2
     assert "NAME@VERSION" in capsys.readouterr().err
-    assert main(["data", "show", "nothing"]) == 2
+    assert main(["data", "show", "nothing"]) == 5  # not found
     assert "not found" in capsys.readouterr().err

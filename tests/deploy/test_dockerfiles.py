@@ -206,3 +206,20 @@ def test_mlflow_image_pins_the_locked_versions() -> None:
     assert pins, "the MLflow image pins no version"
     for pin in pins:
         assert pin.specifier == SpecifierSet(f"=={locked[canonicalize_name(pin.name)]}"), pin
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_base_image_is_a_build_argument_and_no_frontend_is_fetched(dockerfile: Path) -> None:
+    """The compose stack test builds these files on a debootstrap base (BASE_IMAGE) where no registry is
+    reachable: every FROM of an image names ${BASE_IMAGE}, whose default is the public image, and there is
+    no `# syntax=` line (BuildKit would fetch that front end from Docker Hub)."""
+    text = dockerfile.read_text()
+    assert not any(line.startswith("# syntax=") for line in text.splitlines()), "a `# syntax=` line"
+    raw_froms = [line.split()[1] for line in text.splitlines() if line.startswith("FROM ")]
+    assert raw_froms and all(image == "${BASE_IMAGE}" for image in raw_froms), raw_froms
+    (default,) = [arguments for keyword, arguments in instructions(dockerfile) if keyword == "ARG"
+                  and arguments.startswith("BASE_IMAGE=")]  # fmt: skip
+    assert default.removeprefix("BASE_IMAGE=") in {
+        "python:3.11-slim-bookworm",
+        "nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+    }

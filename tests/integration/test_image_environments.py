@@ -41,7 +41,10 @@ IMAGES = ("service", "worker", "mlflow")
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 MLFLOW_USER, MLFLOW_PASSWORD = "admin", "image-mlflow-secret"
 METRICS_TOKEN = "image-metrics-token-0123456789"
-OPTIONAL = {"datasets": "the `hub` extra (Hugging Face dataset ids, online only): no image installs it"}
+OPTIONAL = {
+    "datasets": "the `hub` extra (Hugging Face dataset ids, online only): no image installs it",
+    "accelerate": "the `hf` extra (smart_core.integrations, for a user's own loop): no role runs it",
+}
 
 
 def _driver(url: str) -> str:

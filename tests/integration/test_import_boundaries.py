@@ -82,6 +82,15 @@ def test_the_tune_room_never_reaches_the_service_or_the_cli() -> None:
     assert not {m for m in _ours(loaded) if m.startswith(("service", "cli"))}
 
 
+def test_the_integrations_load_their_libraries_and_the_core_only() -> None:
+    """smart_core.integrations (the `hf` extra): transformers and accelerate beside torch; no worker, Ray or
+    MLflow, so a Trainer or accelerate user installs the library, not the pool."""
+    loaded = loaded_after([f"import {m}" for m in modules_of("smart_core/integrations")])
+    assert _tops(loaded) & LIBRARIES <= {"torch", "transformers"}
+    assert "accelerate" in _tops(loaded)
+    assert {m.split(".")[0] for m in _ours(loaded)} == {"smart_core"}
+
+
 @pytest.mark.parametrize(
     ("statement", "allowed"),
     [

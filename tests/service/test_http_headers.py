@@ -29,7 +29,7 @@ def _answers(client: TestClient, team_key: str) -> dict[str, Any]:
         "200 json": client.get("/api/v1/jobs", headers=auth(team_key)),
         "200 healthz": client.get("/healthz"),
         "200 openapi": client.get("/openapi.json"),
-        "200 html": client.get("/"),
+        "307 home": client.get("/", follow_redirects=False),
         "401": client.get("/api/v1/jobs"),
         "404 route": client.get("/nowhere"),
         "404 job": client.get("/api/v1/jobs/job-x", headers=auth(team_key)),

@@ -61,10 +61,12 @@ def test_openapi_lists_every_route_with_auth_and_examples(client: TestClient) ->
     assert all(op.get("description") or op.get("summary") for p in paths.values() for op in p.values())
 
 
-def test_home_page_points_at_the_api_docs(client: TestClient) -> None:
-    page = client.get("/")
+def test_home_page_is_the_dashboard(client: TestClient) -> None:
+    home = client.get("/", follow_redirects=False)
+    assert home.status_code == 307 and home.headers["location"] == "/ui/jobs"
+    page = client.get("/")  # followed: the dashboard asks for a key first
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    assert 'href="/docs"' in page.text and "/api/v1" in page.text
+    assert str(page.url).split("?")[0].endswith(("/ui/jobs", "/ui/login"))
 
 
 # --- The document against real answers --------------------------------------------------------------

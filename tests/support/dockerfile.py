@@ -4,6 +4,7 @@ What tests/deploy lints and tests/support/image_envs.py replays."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -12,8 +13,11 @@ DOCKERFILES = {name: REPO / "deploy" / f"{name}.Dockerfile" for name in ("servic
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped; in FROM and
+    RUN, each `$NAME` / `${NAME}` of an ARG is replaced by the ARG's default (what a build without
+    --build-arg uses: the public base images, torch's CUDA build)."""
     result: list[tuple[str, str]] = []
+    defaults: dict[str, str] = {}
     pending = ""
     for raw in path.read_text().splitlines():
         line = raw.strip()
@@ -23,9 +27,33 @@ def instructions(path: Path) -> list[tuple[str, str]]:
             pending += line[:-1] + " "
             continue
         keyword, _, arguments = (pending + line).partition(" ")
-        result.append((keyword.upper(), arguments.strip()))
+        keyword, arguments = keyword.upper(), arguments.strip()
+        if keyword == "ARG" and "=" in arguments:
+            name, _, value = arguments.partition("=")
+            defaults[name] = value.strip('"')
+        elif keyword in {"FROM", "RUN"}:
+            arguments = _with_defaults(arguments, defaults)
+        result.append((keyword, arguments))
         pending = ""
     return result
+
+
+def _with_defaults(arguments: str, defaults: dict[str, str]) -> str:
+    def default(match: re.Match[str]) -> str:
+        return defaults.get(match.group(1) or match.group(2), match.group(0))
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", default, arguments)
+
+
+def run_mounts(arguments: str) -> tuple[list[dict[str, str]], str]:
+    """A RUN's `--mount=type=bind,source=...,target=...` flags (as dicts) and the command after them."""
+    mounts: list[dict[str, str]] = []
+    while arguments.startswith("--mount="):
+        flag, _, arguments = arguments.partition(" ")
+        pairs = (item.partition("=") for item in flag.removeprefix("--mount=").split(","))
+        mounts.append({key: value for key, _, value in pairs})
+        arguments = arguments.strip()
+    return mounts, arguments
 
 
 def shell_commands(line: str) -> list[tuple[list[str], str | None]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from tests.support.dockerfile import REPO, shell_commands
+from tests.support.dockerfile import REPO, run_mounts, shell_commands
 
 NOT_PYTHON = frozenset({"apt-get", "groupadd", "useradd", "install"})  # packages, users, folders
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -123,7 +123,13 @@ class Replay:
         elif keyword in {"COPY", "ADD"}:
             self.copy(arguments)
         elif keyword == "RUN":
-            for argv, stdout in shell_commands(arguments):
+            mounts, command = run_mounts(arguments)
+            for mount in mounts:  # a bind of the build context: the same folder, at the target
+                target = self.inside(mount["target"])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if mount.get("type", "bind") == "bind" and not target.exists():
+                    target.symlink_to(REPO / mount["source"], target_is_directory=True)
+            for argv, stdout in shell_commands(command):
                 self.command(argv, stdout)
 
     def copy(self, arguments: str) -> None:

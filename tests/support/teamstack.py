@@ -1,8 +1,7 @@
 """The team stack of docker-compose.yml, run natively as processes (no Docker engine needed): an
 S3-compatible object store (moto's server, standing in for MinIO), the MLflow tracking server with its
-PostgreSQL backend, proxied S3 artifacts and the basic-auth app, and Ray worker nodes that join a head
-(tests/support/cluster.py) with logical GPUs. The PostgreSQL server and the Ray head come from
-tests/support/cluster.py.
+PostgreSQL backend, proxied S3 artifacts and the basic-auth app (the image-environment and MLflow-team tests use them). The
+PostgreSQL server and the Ray head come from tests/support/cluster.py.
 
 Each process runs in its own session and is stopped by its process group, never by name."""
 
@@ -17,17 +16,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.cluster import REPO, VENV_BIN, ProcessDied, base_env, free_port, stop_group, wait_for
-
-# What a Ray worker node binds besides what the head fixes: free ports, so two nodes share one machine.
-WORKER_PORT_FLAGS = (
-    "--node-manager-port",
-    "--object-manager-port",
-    "--dashboard-agent-listen-port",
-    "--dashboard-agent-grpc-port",
-    "--metrics-export-port",
-    "--runtime-env-agent-port",
-)
+from tests.support.cluster import REPO, ProcessDied, base_env, free_port, stop_group, wait_for
 
 
 @dataclass
@@ -129,32 +118,3 @@ def start_mlflow_server(
 
     wait_for(up, 180, "mlflow server")
     return MlflowServer(url, process, folder)
-
-
-@dataclass
-class RayWorkerNode:
-    process: subprocess.Popen[Any]
-    log: Path
-
-    def stop(self) -> None:
-        stop_group(self.process, leader_only=True)  # `ray start --block` stops its node on SIGTERM
-
-
-def start_ray_worker(
-    gcs_address: str, *, num_cpus: int, num_gpus: int, env: dict[str, str], resources: str | None = None
-) -> RayWorkerNode:
-    """`ray start --address=HEAD --block` with logical GPUs, as the compose file's ray-gpu-worker runs."""
-    log = Path(tempfile.mkdtemp(prefix="st-rayw-")) / "ray-worker.log"
-    cmd = [str(VENV_BIN / "ray"), "start", f"--address={gcs_address}", "--block", "--disable-usage-stats"]
-    cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}"]
-    cmd += [f"{flag}={free_port()}" for flag in WORKER_PORT_FLAGS]
-    cmd += [f"--resources={resources}"] if resources else []
-    process = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=base_env() | env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return RayWorkerNode(process, log)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     ValidationInfo,
@@ -25,8 +26,10 @@ from pydantic import (
 
 from smart_core.config import METHOD_PRESETS, method_config
 from worker.contract.grid import METHOD_FIELDS, expand_grid, plan_digest, with_values
+from worker.contract.hints import did_you_mean
+from worker.contract.method_schema import with_method_params
 from worker.contract.multitask import Multitask, MultitaskPlan
-from worker.contract.names import DISPLAY_NAME
+from worker.contract.names import DISPLAY_NAME, no_hidden_character
 from worker.contract.presets import get_preset
 from worker.contract.resources import Limits, Resources
 from worker.contract.search import Axis, Search, SearchSpace, StrictModel
@@ -101,11 +104,15 @@ else:
 class JobSpec(StrictModel):
     """A fine-tuning sweep: task, data, model, method, search space, seeds, resources, limits."""
 
+    # The document types `method_params` per method (worker.contract.method_schema); validation is below.
+    model_config = ConfigDict(json_schema_extra=lambda schema, _cls: with_method_params(schema))
+
     name: Annotated[str | None, DISPLAY_NAME] = Field(
         None,
         max_length=200,
         description="shown as is, so no control or format character (newlines, bidirectional overrides, "
         "zero-width characters: Unicode Cc, Cf, Cs, Zl, Zp)",
+        json_schema_extra=no_hidden_character,
     )
     task: str | list[str] = Field(
         description=f"one of {sorted(TASKS)}, or a list (each fine-tuned separately, or jointly with `multitask`)",
@@ -188,9 +195,9 @@ class JobSpec(StrictModel):
     def _known_params(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         unknown = sorted(set(value) - METHOD_FIELDS)
         if unknown:
-            raise ValueError(
-                f"unknown method parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(METHOD_FIELDS))}"
-            )
+            hint = did_you_mean(("method_params", unknown[0]))  # "; did you mean `training.epochs`?"
+            raise ValueError(f"unknown method parameter(s) {', '.join(unknown)}{hint or ';'} known: "
+                             f"{', '.join(sorted(METHOD_FIELDS))}")  # fmt: skip
         method = info.data.get("method")
         if method in METHOD_PRESETS:
             method_config(method, **value)  # each message names the parameter; contradictions refused

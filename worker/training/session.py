@@ -19,9 +19,9 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from smart_core import Objective
+from smart_core.integrations.embedding import EmbeddingAdapter, compile_encoder
 from worker.contract.tasks import TaskSpec, get_task
 from worker.contract.trial import TrainConfig
-from worker.training.adapter import EmbeddingAdapter
 from worker.training.batching import EncodedDataset, length_grouped_batches, sequential_batches
 from worker.training.models import resolve_model
 from worker.training.prepared import PreparedData, prepare_data
@@ -59,15 +59,6 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
             "or newer); use fp16 or fp32"
         )
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
-
-
-def compile_encoder(model: torch.nn.Module) -> None:
-    """`torch.compile` the encoder in place (its state dict keeps its keys): the embedding layer, where
-    SMART's adapter hooks in, stays eager. Shapes vary with length-grouped batches: dynamic."""
-    encoder = getattr(getattr(model, "base_model", model), "encoder", None)
-    if not isinstance(encoder, torch.nn.Module):
-        raise ValueError(f"compile: {type(model).__name__} has no `encoder` module to compile")
-    encoder.compile(dynamic=True)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

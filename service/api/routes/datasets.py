@@ -33,6 +33,7 @@ from service.datasets.schemas import (
 )
 from service.errors import ApiError
 from service.storage import uploads
+from worker.contract.names import HIDDEN_PATTERN
 from worker.contract.sources import DATASET_NAME
 from worker.contract.tasks import TASKS
 
@@ -70,7 +71,13 @@ UPLOAD_BODY = {
                             "pattern": r"\S",
                             "description": f"the task it is data of, case-insensitive: one of {', '.join(sorted(TASKS))}",
                         },
-                        "description": {"type": "string", "description": "at most 2000 characters, trimmed"},
+                        "description": {
+                            "type": "string",
+                            "not": {"pattern": HIDDEN_PATTERN},
+                            "description": "at most 2000 characters, trimmed; shown as is, so no control or "
+                            "format character (newlines, bidirectional overrides, zero-width characters: Unicode "
+                            "Cc, Cf, Cs, Zl, Zp)",
+                        },
                         "files": {
                             "type": "array",
                             "items": {"type": "string", "format": "binary"},
