@@ -137,9 +137,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, tier))
         found = [name for name in TIERS if item.get_closest_marker(name) is not None]
         assert found == [tier], f"{item.nodeid}: tier markers {found}, expected exactly [{tier!r}]"
-    from tests.support.durations import keep_module_fixtures_on_one_worker  # a plugin: imported by pytest
-
-    keep_module_fixtures_on_one_worker(items)
 
 
 # The unit guard: with SMARTUNE_UNIT_GUARD=1, a unit test (its fixtures included) that starts a process or

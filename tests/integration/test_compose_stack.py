@@ -52,8 +52,10 @@ from tests.support.docker_engine import (
 from tests.support.image_roles import third_party_imports
 
 # The first test's set-up builds everything on a clean machine: apt, debootstrap (~2.5 min), three images
-# (the worker's ~8 min): over the suite's 15-minute limit per test, so this module gets an hour.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compose_stack"), pytest.mark.timeout(3600)]
+# (the worker's ~8 min): over the suite's 15-minute limit per test, so this module gets an hour. The tiers'
+# `--dist loadscope` keeps the module on one worker: two stacks under one compose project would tear each
+# other down.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 MEASUREMENTS = REPO / "out" / "compose_stack.json"
 # What the tests below need from the API container's environment (docker-compose.yml's `api` service):

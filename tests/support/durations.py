@@ -1,8 +1,8 @@
 """Longest work first: the xdist tiers start their slowest test modules first, and a run can record how
 long each test took.
 
-pytest-xdist hands out work in collection order (`--dist loadgroup`: each `xdist_group`, else each test, is
-one unit). A module that takes 8 minutes and happens to be collected last starts when the other worker is
+pytest-xdist hands out work in collection order (`--dist loadscope`: each module is one unit, so its
+module-scoped fixtures are built once). A module that takes 8 minutes and happens to be collected last starts when the other worker is
 about to finish, and the run waits for it alone. So the collection is ordered by each module's recorded
 time, longest first (the classic longest-processing-time rule); a module's tests stay together and in their
 own order (module-scoped fixtures are built once, and a module's tests may build on each other). Modules
@@ -41,19 +41,6 @@ def longest_first(nodeids: list[str], seconds: dict[str, float]) -> list[int]:
         first.setdefault(module, index)
     return sorted(range(len(nodeids)), key=lambda i: (-totals[module_of(nodeids[i])],
                                                       first[module_of(nodeids[i])], i))  # fmt: skip
-
-
-def keep_module_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
-    """A test using a module-scoped fixture of its own module (a team stack, an MLflow server, image
-    environments: a minute or more to build) joins its module's `xdist_group`, so one worker builds the
-    fixture once instead of each worker building its own. Must run before xdist reads the groups (its
-    collection hook has no order: call this from a `tryfirst` one)."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)  # the fixtures the test uses, with their definitions
-        module = module_of(item.nodeid)
-        definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
-        if any(d.scope == "module" and d.baseid == module for d in definitions):
-            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def _test_id(nodeid: str) -> str:
