@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.docker_engine import BASE_IMAGE, REPO
+from tests.support.image_replay import pip_setting
 
 COMPOSE_FILES = (REPO / "docker-compose.yml", REPO / "tests" / "compose" / "override.yml")
 PROJECT = "smartune-stacktest"
@@ -37,15 +38,7 @@ class ImageSpec:
 def package_index() -> str:
     """The index pip uses here (PIP_INDEX_URL, else pip's configuration, else PyPI): where the worker's
     CPU variant gets torch's dependencies (torch itself comes from deploy/wheels)."""
-    configured = os.environ.get("PIP_INDEX_URL", "")
-    if not configured:
-        listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                                text=True, check=False).stdout  # fmt: skip
-        for line in listed.splitlines():
-            key, _, value = line.partition("=")
-            if key.endswith(".index-url"):
-                configured = value.strip("'\"")
-    return configured or "https://pypi.org/simple"
+    return pip_setting("PIP_INDEX_URL", "index-url") or "https://pypi.org/simple"
 
 
 def images() -> list[ImageSpec]:

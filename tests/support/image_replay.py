@@ -35,17 +35,23 @@ class ImageBuildError(RuntimeError):
     """A replayed step failed; the message starts with the image's name."""
 
 
-def find_links() -> list[str]:
-    """pip's configured find-links (PIP_FIND_LINKS, else `pip config`): where the local torch wheel lies."""
-    configured = os.environ.get("PIP_FIND_LINKS", "")
+def pip_setting(variable: str, key: str) -> str:
+    """One pip setting as pip reads it: the environment variable (e.g. PIP_FIND_LINKS), else `pip config`'s
+    `<section>.<key>` (e.g. `global.find-links`); "" when neither sets it."""
+    configured = os.environ.get(variable, "")
     if not configured:
         listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
                                 text=True, check=False).stdout  # fmt: skip
         for line in listed.splitlines():
-            key, _, value = line.partition("=")
-            if key.endswith(".find-links"):
+            name, _, value = line.partition("=")
+            if name.endswith(f".{key}"):
                 configured = value.strip("'\"")
-    return [link for link in configured.split() if link]
+    return configured
+
+
+def find_links() -> list[str]:
+    """pip's configured find-links (PIP_FIND_LINKS, else `pip config`): where the local torch wheel lies."""
+    return [link for link in pip_setting("PIP_FIND_LINKS", "find-links").split() if link]
 
 
 def python_version(base_image: str) -> str:
