@@ -57,7 +57,8 @@ def test_the_service_killed_while_dispatching_runs_each_attempt_exactly_once(
         attempts = sorted(a["submission_id"] for a in job["attempts"])
         assert attempts == [f"{job_id}-a1"]  # no second attempt for a job that was only interrupted
         assert ray_submissions(ray_head, job_id) == attempts  # and Ray ran exactly that one
-        assert [t["to_state"] for t in job["transitions"]].count("SUCCEEDED") == 1
+        changes = [t["to_state"] for t in job["transitions"] if t["from_state"] != t["to_state"]]
+        assert changes.count("SUCCEEDED") == 1  # not counting the timeline's notes (checkpoint retention)
 
 
 def test_postgresql_stopped_under_a_running_service_gives_503_and_loses_nothing(

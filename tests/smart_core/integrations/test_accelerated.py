@@ -6,68 +6,33 @@ draws normals in blocks of 16, and every (4, 16, H) block is a multiple). Two pr
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from accelerate import Accelerator, debug_launcher
 from accelerate.state import AcceleratorState
 
-from smart_core.integrations.accelerated import AcceleratedSmart
-from tests.smart_core.integrations.hf_setup import (
-    EXAMPLES,
-    WIDTH,
-    fresh_model,
-    parameters,
-    random_examples,
-    train_config,
-)
-from worker.training.batching import collate
+from tests.smart_core.integrations.accelerated_run import train
+from tests.smart_core.integrations.hf_setup import fresh_model, parameters, train_config
+from tests.support.cluster import REPO
 
-pytestmark = pytest.mark.usefixtures("starts_processes")  # the second process is forked by the launcher
-STEPS = 2
-
-
-def _train(out: str, method: str) -> None:
-    """Two optimiser steps on this process's share of the batch; process 0 saves weights and teacher."""
-    accelerator = Accelerator(cpu=True)
-    config = train_config(method=method, dropout=0.0)
-    model = fresh_model(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    noise = torch.Generator()
-    smart = AcceleratedSmart(
-        accelerator, model, config.method_config(), planned_updates=STEPS, generator=noise
-    )
-    share = EXAMPLES // accelerator.num_processes
-    rows = range(accelerator.process_index * share, (accelerator.process_index + 1) * share)
-    batch = collate(random_examples(), list(rows), 0, WIDTH)
-    hidden = smart.model.config.hidden_size
-    for step in range(STEPS):
-        noise.manual_seed(100 + step)
-        torch.randn(
-            (accelerator.process_index * share, WIDTH, hidden), generator=noise
-        )  # the rows before ours
-        smart.backward(batch)
-        accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad()
-        smart.after_update()
-    if accelerator.is_main_process:
-        reference = smart.smart.objective.reference
-        shadow = list(reference.shadow) if reference is not None else []
-        torch.save({"weights": parameters(smart.model), "shadow": shadow}, out)
-    accelerator.wait_for_everyone()
+pytestmark = pytest.mark.usefixtures("starts_processes")  # the two processes run in a child interpreter
+LAUNCH_TIMEOUT_S = 300  # about 15 s here; a hang fails in minutes, not at pytest's limit
 
 
 @pytest.mark.parametrize("method", ["smart", "r3f"])
 def test_two_processes_with_half_batches_match_one_with_the_whole(tmp_path: Path, method: str) -> None:
     two = tmp_path / "two.pt"
-    debug_launcher(_train, args=(str(two), method), num_processes=2)
+    module = "tests.smart_core.integrations.accelerated_run"
+    subprocess.run(
+        [sys.executable, "-m", module, str(two), method], cwd=REPO, check=True, timeout=LAUNCH_TIMEOUT_S
+    )
     one = tmp_path / "one.pt"
     try:
-        _train(str(one), method)  # in this process, after the launch: the children forked from a clean state
+        train(str(one), method)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
     a: dict[str, Any] = torch.load(one, weights_only=True)
