@@ -122,8 +122,9 @@ def cost_plan(
     an autoscaler, what it may add counts: service.engine.autoscaler)."""
     table = calibration.load(session)
     capacity = pool.reach(capacity, Autoscaler.of(settings.autoscaled_node_types))
+    uploaded = datasets.uploaded_rows(session=session, team=team, spec=spec)
     return estimate.plan(spec, settings=settings, team=team, calibration=table, capacity=capacity,
-                         memory_table=memory.load(session))  # fmt: skip
+                         memory_table=memory.load(session), uploaded=uploaded)  # fmt: skip
 
 
 def dry_run(

@@ -25,7 +25,7 @@ from service.config import Settings
 from service.costs import asha
 from service.costs import memory as gpu_memory
 from service.costs.calibration import ANY_GPU, Calibration
-from service.costs.sizes import eval_examples, train_examples
+from service.costs.sizes import Uploaded, eval_examples, train_examples
 from service.engine.pool import concurrency
 from service.engine.scheduler import Resources
 from service.store.models import Team
@@ -52,11 +52,14 @@ def _group(
     settings: Settings,
     calibration: Calibration,
     table: gpu_memory.MemoryTable,
+    uploaded: Uploaded | None,
 ) -> dict[str, Any]:
     device, _unit, _units = device_of(spec, settings)
     train = train_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_train_samples"],
-                           trial["train_fraction"], trial["validation_fraction"])  # fmt: skip
-    evals = eval_examples(trial["task"], trial["data"], settings.glue_dir, trial["max_eval_samples"])
+                           trial["train_fraction"], trial["validation_fraction"], uploaded)  # fmt: skip
+    evals = eval_examples(
+        trial["task"], trial["data"], settings.glue_dir, trial["max_eval_samples"], uploaded
+    )
     match = calibration.lookup(trial["model"], trial["method"], trial["max_seq_length"], device)
     out: dict[str, Any] = {
         "trials": count,
@@ -170,9 +173,11 @@ def plan(
     calibration: Calibration,
     capacity: Resources | None = None,
     memory_table: gpu_memory.MemoryTable | None = None,
+    uploaded: Uploaded | None = None,
 ) -> dict[str, Any]:
     """The plan of a spec that passed validation (service.validation.check_spec): JSON-able. The memory
-    table defaults to the packaged one (service.costs.memory.load adds this deployment's peaks)."""
+    table defaults to the packaged one (service.costs.memory.load adds this deployment's peaks); `uploaded`:
+    the row counts of the uploaded dataset the spec's `data` names, if it names one."""
     table = memory_table or gpu_memory.default_table()
     cells = spec.trials()
     samples = spec.search.num_samples
@@ -180,7 +185,10 @@ def plan(
     alike: dict[str, list[Any]] = {}  # the first trial of each kind, and how many there are
     for trial in cells:
         alike.setdefault(repr([trial.get(k) for k in COST_FIELDS]), [trial, 0])[1] += 1
-    groups = [_group(trial, n * samples, spec, settings, calibration, table) for trial, n in alike.values()]
+    groups = [
+        _group(trial, n * samples, spec, settings, calibration, table, uploaded)
+        for trial, n in alike.values()
+    ]
     if getattr(spec, "multitask", None) is not None:
         for g in groups:
             g["unknown"] = "joint multitask trials are not estimated yet"

@@ -6,13 +6,15 @@ best epoch (worker/training/prepared.py; those rows are evaluated after every ep
 leaves out: a forward pass over at most a fraction of the training rows).
 The split's size comes from the GLUE folder the service can read (lines of `<TASK>/<split>.tsv`, header
 excluded), else from GLUE's published sizes when the data is GLUE (`data` unset: SMARTUNE_GLUE_DIR or the
-hub's `glue`, which has the same splits), else it is unknown and the answer says why. Counts are cached by
-file, size and modification time.
+hub's `glue`, which has the same splits); an uploaded dataset (`dataset:sha256:...`) from the row counts its
+upload recorded (the caller looks them up: `Uploaded`); else it is unknown and the answer says why. Counts are
+cached by file, size and modification time.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +41,14 @@ MAX_COUNTED_BYTES = 512 * 2**20  # a larger file is not counted on a request thr
 class Size:
     rows: int | None
     basis: str  # where the number comes from, or why there is none
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """An uploaded dataset's recorded rows (service.datasets: split -> examples, as training reads them)."""
+
+    label: str  # NAME@VERSION, for the basis
+    rows: Mapping[str, int]
 
 
 @lru_cache(maxsize=256)
@@ -68,8 +78,11 @@ def _local(folder: Path, task: TaskSpec, split: str) -> Size | None:
     return None
 
 
-def split_size(task_name: str, split: str, data: str | None, glue_dir: Path | None) -> Size:
-    """Rows of one split of the task in `data` (None: the GLUE folder, else the hub's GLUE)."""
+def split_size(
+    task_name: str, split: str, data: str | None, glue_dir: Path | None, uploaded: Uploaded | None = None
+) -> Size:
+    """Rows of one split of the task in `data` (None: the GLUE folder, else the hub's GLUE; an uploaded
+    dataset: `uploaded`'s counts)."""
     task = TASKS[task_name]
     if data is None:
         if glue_dir is not None and (found := _local(glue_dir, task, split)) is not None:
@@ -81,6 +94,12 @@ def split_size(task_name: str, split: str, data: str | None, glue_dir: Path | No
         source = classify(data, "data")
     except SourceError as err:
         return Size(None, str(err))
+    if source.kind == "dataset":
+        if uploaded is None:
+            return Size(None, f"no row counts recorded for the uploaded dataset {data}")
+        if split not in uploaded.rows:
+            return Size(None, f"the uploaded dataset {uploaded.label} has no {split} split")
+        return Size(uploaded.rows[split], f"rows of {split} in the uploaded dataset {uploaded.label}")
     if source.kind != "local":
         return Size(None, "a hub dataset: its size is not known before the worker downloads it")
     if source.path.is_dir() and (found := _local(source.path, task, split)) is not None:
@@ -106,9 +125,10 @@ def train_examples(
     max_samples: int | None,
     fraction: float,
     validation_fraction: float = 0.0,
+    uploaded: Uploaded | None = None,
 ) -> Size:
     """Training examples per epoch: `max_samples` rows, then `fraction` of them, less those held out."""
-    size = split_size(task_name, TASKS[task_name].train_split, data, glue_dir)
+    size = split_size(task_name, TASKS[task_name].train_split, data, glue_dir, uploaded)
     rows, basis = size.rows, size.basis
     if rows is None:
         if max_samples is None:
@@ -126,11 +146,17 @@ def train_examples(
     return Size(rows, basis)
 
 
-def eval_examples(task_name: str, data: str | None, glue_dir: Path | None, max_samples: int | None) -> Size:
+def eval_examples(
+    task_name: str,
+    data: str | None,
+    glue_dir: Path | None,
+    max_samples: int | None,
+    uploaded: Uploaded | None = None,
+) -> Size:
     """Examples evaluated after every epoch, over the task's eval splits."""
     total, bases = 0, []
     for split in TASKS[task_name].eval_splits:
-        size = split_size(task_name, split, data, glue_dir)
+        size = split_size(task_name, split, data, glue_dir, uploaded)
         rows = size.rows if size.rows is not None else max_samples
         if rows is None:
             return size

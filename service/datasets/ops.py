@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.config import Settings
+from service.costs.sizes import Uploaded
 from service.datasets import crud, store, upload, validate
 from service.datasets.schemas import DatasetCreated
 from service.errors import ApiError
@@ -156,3 +157,13 @@ def pin(*, session: Session, team: Team, spec: JobSpec) -> JobSpec:
         raise ApiError(422, f"data: dataset {row.name}@{row.version} is a {row.task!r} dataset; the spec "
                             f"trains {wrong[0]!r}", field="data")  # fmt: skip
     return spec.model_copy(update={"data": f"dataset:sha256:{row.digest}"})
+
+
+def uploaded_rows(*, session: Session, team: Team, spec: JobSpec) -> Uploaded | None:
+    """The recorded row counts of the dataset a pinned spec's `data` names (`dataset:sha256:...`), for the
+    estimate (service.costs.sizes); None when it names no uploaded dataset the team may read."""
+    ref = parse_dataset_ref(spec.data) if spec.data else None
+    if ref is None or ref.digest is None:
+        return None
+    row = crud.by_digest(session=session, scope=team.id, digest=ref.digest)
+    return None if row is None else Uploaded(label=f"{row.name}@{row.version}", rows=dict(row.rows))

@@ -229,3 +229,17 @@ def test_delete_waits_for_unfinished_jobs_then_removes_the_files(
     assert client.get("/api/v1/datasets/tiny-rte", headers=auth(team_key)).status_code == 404
     again = push(client, team_key, rte_files()).json()  # the name starts over
     assert again["version"] == 1 and json.loads(json.dumps(again))["digest"] == made["digest"]
+
+
+def test_an_estimate_counts_an_uploaded_datasets_recorded_rows(client: TestClient, team_key: str) -> None:
+    """The plan of a spec on an upload reads the rows its validation counted, not 'unknown' (a hub dataset's
+    answer): 8 training pairs under max_train_samples 32, 4 dev pairs."""
+    push(client, team_key, rte_files())
+    answer = client.post(
+        "/api/v1/jobs", params={"dry_run": "true"}, headers=auth(team_key), json=spec(data="dataset:tiny-rte")
+    )
+    assert answer.status_code == 200, answer.text
+    group = answer.json()["groups"][0]
+    assert (group["train_examples"], group["eval_examples"]) == (8, 4), group
+    assert "uploaded dataset tiny-rte@1" in group["train_examples_basis"], group
+    assert "uploaded dataset tiny-rte@1" in group["eval_examples_basis"], group
