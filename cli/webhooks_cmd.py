@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("webhooks", help="signed POSTs to your URLs when jobs end (add, list, rm, deliveries)")
     actions = p.add_subparsers(dest="webhooks", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="register a URL; prints its signing secret, shown once")
-    add.add_argument("url", help="an http(s) URL at a global address")
+    # Not `url`: that is the server's (--url, common()); sharing the name sent the request, and the key, to the webhook.
+    add.add_argument("webhook_url", metavar="URL", help="an http(s) URL at a global address")
     add.add_argument(
         "--event",
         action="append",
@@ -53,7 +54,7 @@ def _created(hook: dict[str, Any]) -> None:
 
 
 def add_webhook(args: argparse.Namespace) -> int:
-    return show(args, lambda client: client.add_webhook(args.url, args.event), _created)
+    return show(args, lambda client: client.add_webhook(args.webhook_url, args.event), _created)
 
 
 def _table(hooks: list[dict[str, Any]]) -> None:
