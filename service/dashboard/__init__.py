@@ -6,6 +6,8 @@ keys and team isolation as the REST API (docs/dashboard.md).
 - `charts`: the data behind each chart (downsampled curves, heat map, parallel coordinates);
 - `routes` (pages and forms), `job_actions` (cancel, retry) and `data` (the charts' JSON, static files):
   thin routes;
+- `logs` (the driver's and each trial's log, followed), `downloads` (a trial's best checkpoint, the job's
+  registered model, streamed as tars) and `editor` ("new job from this spec": checked, then submitted);
 - `render`: templates, the pages' Content-Security-Policy, static files (Plotly.js from the `plotly`
   package), the HTML error page.
 
@@ -22,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
 from service.config import Settings
-from service.dashboard import auth, charts, data, job_actions, routes
+from service.dashboard import auth, charts, data, downloads, editor, job_actions, logs, routes
 from service.dashboard.render import render
 
 PAGES = "/ui/"
@@ -53,6 +55,9 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.include_router(routes.router)
     app.include_router(job_actions.router)
     app.include_router(data.router)
+    app.include_router(logs.router)
+    app.include_router(downloads.router)
+    app.include_router(editor.router)
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -26,7 +27,8 @@ from service.dashboard.tasks import task_rows
 from service.errors import ApiError, not_found
 from service.series import mean_std
 from service.store import crud
-from service.store.models import FINAL_STATES, Job, JobState
+from service.store.models import FINAL_STATES, Job, JobState, Trial
+from worker.contract.model_registry import registered_model_name
 
 PAGE_SIZE = 25
 STATES = [s.value for s in JobState]
@@ -158,7 +160,43 @@ def job_page(session: Session, settings: Settings, principal: Principal, job: Jo
         "can_submit": principal.team_id is not None and principal.team_id == job.team_id,
         "audits": [_audit_row(a) for a in audits.list_audits(session=session, job_id=job.id)],
         "can_audit": job.state == JobState.SUCCEEDED and any(t["best_score"] is not None for t in trials),
+        # the downloads (service/dashboard/downloads.py): the best trial's checkpoint, the registered models
+        "best_trial": best_trial_id(job, crud.job_trials(session=session, job_id=job.id)),
+        "registered": registered_versions(job),
     }
+
+
+def best_trial_id(job: Job, trials: Sequence[Trial]) -> str | None:
+    """The job's best trial: its summary's, else the trial row with the highest best score."""
+    best = (job.summary or {}).get("best")
+    if isinstance(best, dict) and best.get("trial_id"):
+        return str(best["trial_id"])
+    scored = [t for t in trials if t.best_score is not None]
+    return max(scored, key=lambda t: t.best_score or 0.0).trial_id if scored else None
+
+
+def registered_versions(job: Job) -> dict[str, dict[str, Any]]:
+    """Task -> the job's registered version (`name`, `version`, `uri`) from its summary: only entries named
+    as the job's team's model of the task, with a version."""
+    summary: dict[str, Any] = job.summary or {}
+    entries: dict[str, Any] = {}
+    if isinstance(models := summary.get("registered_models"), dict):  # a grid over tasks: one each
+        entries = dict(models)
+    elif isinstance(tasks := summary.get("tasks"), dict):  # a multitask job: each task's best and its model
+        entries = {t: r.get("registered_model") for t, r in tasks.items() if isinstance(r, dict)}
+    elif isinstance(model := summary.get("registered_model"), dict):  # one task: the spec's (a list of one)
+        spec_task = json.loads(job.spec_json).get("task")
+        tasks_named = spec_task if isinstance(spec_task, list) else [spec_task]
+        entries = {str(t): model for t in tasks_named if isinstance(t, str)}
+    out = {}
+    for task, entry in entries.items():
+        if not isinstance(entry, dict) or entry.get("version") is None:
+            continue
+        name = registered_model_name(job.team.name, str(task))
+        if entry.get("name") == name:
+            out[str(task)] = {"name": name, "version": str(entry["version"]),
+                              "uri": f"models:/{name}/{entry['version']}"}  # fmt: skip
+    return out
 
 
 def _audit_row(audit: Job) -> dict[str, Any]:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.engine import run_files
 from service.engine.registered_models import TeamModel, team_models
+from service.engine.run_files import TrialOutput
 from service.series import Series, clean, downsample
 from worker.contract.tags import ATTEMPT, CELL, ERROR_CLASS, JOB, PARENT, PROVENANCE_PREFIX, STATE, TRIAL
 
@@ -81,6 +83,23 @@ class Tracker(Protocol):
 
     def models(self, team: str) -> list[TeamModel]:
         """The team's registered models, one per task (service.engine.registered_models)."""
+        ...
+
+    def trial_output(
+        self, job_id: str, trial_id: str, max_bytes: int, experiment: str | None = None
+    ) -> TrialOutput | None:
+        """What the trial printed (its latest run's kept output, service.engine.run_files); None when the
+        trial has no run."""
+        ...
+
+    def download_checkpoint(
+        self, job_id: str, trial_id: str, dst: Path, experiment: str | None = None
+    ) -> Path | None:
+        """The trial's best checkpoint (a Hugging Face folder) downloaded into `dst`; None without one."""
+        ...
+
+    def download_model(self, name: str, version: str, dst: Path) -> Path:
+        """Version `version` of the registered model `name`, its files downloaded into `dst`."""
         ...
 
 
@@ -273,6 +292,24 @@ class MlflowTracker:
 
     def models(self, team: str) -> list[TeamModel]:
         return team_models(self.client, team)
+
+    def _trial_run(self, job_id: str, trial_id: str, experiment: str | None) -> Any | None:
+        return self._latest_trial_runs(self._runs(job_id, experiment)).get(trial_id)
+
+    def trial_output(
+        self, job_id: str, trial_id: str, max_bytes: int, experiment: str | None = None
+    ) -> TrialOutput | None:
+        run = self._trial_run(job_id, trial_id, experiment)
+        return run_files.trial_output(self.client, run, max_bytes) if run is not None else None
+
+    def download_checkpoint(
+        self, job_id: str, trial_id: str, dst: Path, experiment: str | None = None
+    ) -> Path | None:
+        run = self._trial_run(job_id, trial_id, experiment)
+        return run_files.download_checkpoint(self.client, run, dst) if run is not None else None
+
+    def download_model(self, name: str, version: str, dst: Path) -> Path:
+        return run_files.download_model(self.client, self.tracking_uri, name, version, dst)
 
     def end_runs(self, job_id: str, status: str, experiment: str | None = None) -> int:
         ended = 0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from service.engine.tracking import MlflowTracker
-from worker.contract.tags import ATTEMPT, JOB, PARENT, STATE, TRIAL
+from worker.contract.tags import ATTEMPT, BEST_CHECKPOINT, JOB, PARENT, STATE, TRIAL
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -76,3 +76,36 @@ def test_curves_from_a_real_store(tmp_path: Path, store: str, monkeypatch: pytes
     curves = tracker.curves("job-1", ["score"], max_points=2)
     assert reads == [(running, "score")]  # only the run that logged another epoch is read again
     assert curves["t2"]["score"] == [(1, pytest.approx(0.51)), (3, pytest.approx(0.53))]
+
+
+def test_a_best_checkpoint_and_a_registered_version_download_from_a_real_store(tmp_path: Path) -> None:
+    """`MlflowTracker.download_checkpoint` / `download_model` (the job page's downloads) against SQLite."""
+    tracker = MlflowTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", "smartune-nlp", str(tmp_path / "artifacts")
+    )
+    client = tracker.client
+    experiment_id = tracker.ensure_experiment()
+    assert experiment_id is not None
+    parent = client.create_run(experiment_id, tags={JOB: "job-1", ATTEMPT: "1"}).info.run_id
+    run_id = _child(client, experiment_id, parent, "job-1", "t1", 1, "TERMINATED")
+    _child(client, experiment_id, parent, "job-1", "t2", 1, "TERMINATED")  # a trial that logged no checkpoint
+    folder = tmp_path / "best"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    (folder / "model.safetensors").write_bytes(b"\x00" * 1000)
+    client.log_artifacts(run_id, str(folder), BEST_CHECKPOINT)
+
+    got = tracker.download_checkpoint("job-1", "t1", tmp_path / "dl")
+    assert got is not None and sorted(p.name for p in got.iterdir()) == ["config.json", "model.safetensors"]
+    assert (got / "model.safetensors").read_bytes() == b"\x00" * 1000
+    assert tracker.download_checkpoint("job-1", "t2", tmp_path / "dl2") is None  # logged none
+    assert tracker.download_checkpoint("job-1", "t9", tmp_path / "dl3") is None  # no such trial
+
+    client.create_registered_model("smartune-nlp-rte")
+    version = client.create_model_version(
+        "smartune-nlp-rte", f"runs:/{run_id}/{BEST_CHECKPOINT}", run_id=run_id
+    ).version
+    model = tracker.download_model("smartune-nlp-rte", str(version), tmp_path / "model")
+    assert sorted(p.name for p in model.rglob("*")) == ["config.json", "model.safetensors"]
+    with pytest.raises(Exception, match="not found|RESOURCE_DOES_NOT_EXIST"):
+        tracker.download_model("smartune-nlp-rte", "9", tmp_path / "none")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from service.engine.ray_jobs import RAY_FINAL, RayJobExists, RayJobInfo, RayUnavailable
 from service.engine.registered_models import TeamModel
+from service.engine.run_files import TrialOutput
 from service.engine.scheduler import Resources
 from service.engine.tracking import Curves, JobRuns, TrialRun
 from service.series import Series, downsample
@@ -114,6 +116,11 @@ class FakeTracker:
     histories: dict[str, dict[str, dict[str, Series]]] = field(default_factory=dict)
     curve_reads: int = 0
     registered: dict[str, list[TeamModel]] = field(default_factory=dict)  # team -> its registered models
+    # (job id, trial id) -> what each start of the trial printed, in order (its run's `output/`)
+    outputs: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # (job id, trial id) -> its best checkpoint's files; (model name, version) -> the model's files
+    checkpoints: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
+    model_files: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
 
     def _read(self, experiment: str | None) -> None:
         self.experiments.append(experiment)
@@ -152,6 +159,37 @@ class FakeTracker:
         self._read(None)
         return list(self.registered.get(team, []))
 
+    def trial_output(
+        self, job_id: str, trial_id: str, max_bytes: int, experiment: str | None = None
+    ) -> TrialOutput | None:
+        self._read(experiment)
+        if not any(t.trial_id == trial_id for t in self.trials.get(job_id, [])):
+            return None
+        starts = self.outputs.get((job_id, trial_id), [])
+        text = "".join(f"--- start {n} ---\n{body}" for n, body in enumerate(starts, start=1))
+        data = text.encode()
+        running = any(t.trial_id == trial_id and t.state == "RUNNING" for t in self.trials[job_id])
+        return TrialOutput(
+            text=data[-max_bytes:].decode("utf-8", "replace"),
+            starts=list(range(1, len(starts) + 1)),
+            truncated=len(data) > max_bytes,
+            running=running,
+        )
+
+    def download_checkpoint(
+        self, job_id: str, trial_id: str, dst: Path, experiment: str | None = None
+    ) -> Path | None:
+        self._read(experiment)
+        files = self.checkpoints.get((job_id, trial_id))
+        return _write(dst / "best_checkpoint", files) if files is not None else None
+
+    def download_model(self, name: str, version: str, dst: Path) -> Path:
+        self._read(None)
+        files = self.model_files.get((name, version))
+        if files is None:
+            raise LookupError(f"fake MLflow has no version {version} of {name}")
+        return _write(dst / "artifacts", files)
+
     # test helpers
     def log_epoch(self, job_id: str, trial_id: str, epoch: int, **metrics: float) -> None:
         """Append one epoch's metrics to a trial's histories (call log_trial for its row)."""
@@ -180,6 +218,13 @@ class FakeTracker:
             )
         )
         self.trials[job_id] = runs
+
+
+def _write(folder: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
 
 
 def summary_for(job_id: str, value: float = 0.75) -> dict[str, Any]:

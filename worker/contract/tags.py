@@ -9,7 +9,8 @@ job's runs by `JOB` and reads each trial's state, attempt, cell and error class 
   with step = epoch; the best epoch's checkpoint under the artifact folder BEST_CHECKPOINT; once the trial
   has trained to its end, that checkpoint as an MLflow model of the transformers flavour (MODEL_URI,
   `models:/<model id>`; MODEL_ERROR when it could not be logged); the training data as a dataset input;
-  `system/...` metrics.
+  `system/...` metrics; what the trial's Python code printed, the last 256 KiB of each start of its
+  process, under TRIAL_OUTPUT as `start-NNN.txt` (worker.tune.trial_output; `output_file`).
 - registry: the best trial's model of each task is this job's version of the team's registered model
   `smartune-<team>-<task>` (worker.contract.model_registry: its names and version tags); the parent run
   names it (REGISTERED_MODEL, REGISTERED_VERSION, or REGISTRY_ERROR).
@@ -42,9 +43,15 @@ RESTORE_NOTE = "smartune.restore_note"
 BEST_CHECKPOINT_URI = "smartune.best_checkpoint"
 BEST_EPOCH = "smartune.best_epoch"
 BEST_CHECKPOINT = "best_checkpoint"  # the artifact folder of a child run: the best epoch's HF checkpoint
+TRIAL_OUTPUT = "output"  # the artifact folder of a child run: what each start of the trial printed
 PROVENANCE_PREFIX = "smartune.prov."
 MODEL_URI = "smartune.model_uri"  # child: `models:/<id>`, the best checkpoint as a transformers-flavour model
 MODEL_ERROR = "smartune.model_error"  # child: why that model could not be logged (the trial still counts)
 REGISTERED_MODEL = "smartune.registered_model"  # parent: the registered model holding the best trial's model
 REGISTERED_VERSION = "smartune.registered_version"  # parent: this job's version of it
 REGISTRY_ERROR = "smartune.registry_error"  # parent: why the best trial's model could not be registered
+
+
+def output_file(start: int) -> str:
+    """The artifact path of what the trial's `start`-th start (1, 2, ...: STARTS) printed."""
+    return f"{TRIAL_OUTPUT}/start-{start:03d}.txt"

@@ -9,7 +9,8 @@ writes the checkpoint). A retried or resumed trial restores that state, continue
 ends exactly where an uninterrupted run ends (on CPU).
 The run also gets its training data as a dataset input and the node's system metrics while it trains
 (worker.tune.telemetry), and, once the last epoch is done, the best checkpoint as a transformers-flavour
-MLflow model (worker.tune.registry).
+MLflow model (worker.tune.registry). What the trial prints is kept on its run too, the last 256 KiB of each
+start (worker.tune.trial_output): Ray's log of the driver cannot tell whose a line is.
 On a GPU the trial logs what it holds (`gpu_fraction`, `gpu_memory_reserved_mb`) at each start, its peak
 allocated memory (`gpu_memory_peak_mb`) with every epoch and, when it runs out of memory, what it held then
 (`gpu_memory_oom_peak_mb`) before it fails: the control plane corrects its memory estimate with them
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -42,6 +44,7 @@ from worker.contract.tags import (
     ERROR_CLASS,
     ERROR_MESSAGE,
     MODEL_URI,
+    STARTS,
 )
 from worker.contract.trial import TrainConfig
 from worker.training.finetune import RunCallbacks, best_record, run_training, save_checkpoint
@@ -70,6 +73,7 @@ from worker.tune.tracking import (
     open_trial_run,
     set_tags,
 )
+from worker.tune.trial_output import kept_output
 from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
@@ -210,9 +214,30 @@ def train_trial(
         folder = trial_folder(context.experiment_path, trial_dir_name(tune_context.get_trial_id()))
     restored = restore_point(tune.get_checkpoint(), folder)
     resources = tune_context.get_trial_resources().required_resources
-    set_tags(
-        client, run.info.run_id, start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
-    )
+    started = start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
+    set_tags(client, run.info.run_id, started)
+    with kept_output(client, run.info.run_id, int(started[STARTS])):
+        # The first line of the trial's own log (and, prefixed by Ray with the actor's pid, of the driver's).
+        # stderr, as the driver's table: the driver's stdout carries only its summary.
+        sys.stderr.write(
+            f"trial {tune_context.get_trial_id()}: start {started[STARTS]} in attempt {context.attempt}, "
+            f"{trial.label or 'one cell'}, seed {trial.seed}, {trial.planned_epochs} epochs, "
+            f"from epoch {restored.epochs_done}\n"
+        )
+        sys.stderr.flush()
+        _train(context, client, run, trial, plan, restored, resources, shared_data)
+
+
+def _train(
+    context: TrialContext,
+    client: MlflowClient,
+    run: Run,
+    trial: ResolvedTrial,
+    plan: MultitaskPlan | None,
+    restored: RestorePoint,
+    resources: Mapping[str, float],
+    shared_data: Mapping[str, Any] | None,
+) -> None:
     if resources.get("GPU"):  # what this start holds, for the pool page (service/dashboard/memory.py)
         held = {"gpu_fraction": resources["GPU"], "gpu_memory_reserved_mb": resources.get("gpu_memory_mb")}
         log_metrics(client, run.info.run_id, {k: float(v) for k, v in held.items() if v}, step=0)
