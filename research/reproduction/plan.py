@@ -49,7 +49,7 @@ PAPER_SMART: dict[str, Any] = {
 }
 SHARED = {
     "rs_dropout": "shared"
-}  # R_s measures the perturbation alone (README: "Dropout decides what R_s measures")
+}  # R_s measures the perturbation alone (docs/numerics.md: "Dropout decides what R_s measures")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """examples/quick_sweep.ipynb runs headless (nbclient, a fresh IPython kernel) against a real `smartune
-serve`, as it is: quick.yaml's tiny random BERT, vanilla and SMART at two learning rates (four trials, about
+serve`, as it is: smoke.yaml's tiny random BERT, vanilla and SMART at two learning rates (four trials, about
 half a minute here). The server's URL and a team key reach the kernel through its environment, as they
 would a user's Jupyter; a cell inserted after the notebook's `parameters` cell (papermill's convention)
 bounds the wait."""
@@ -16,7 +16,7 @@ from tests.integration.client import Api
 from tests.support.cluster import Server
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quick_sweep.ipynb"
-TRIALS = 4  # quick.yaml's two methods x the notebook's two learning rates
+TRIALS = 4  # smoke.yaml's two methods x the notebook's two learning rates
 
 
 def tagged(nb: nbformat.NotebookNode, tag: str) -> int:
