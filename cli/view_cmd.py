@@ -143,6 +143,8 @@ def _queue(entries: list[dict[str, Any]]) -> None:
 
 
 def _teams(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("no teams yet: `smartune admin create-team NAME` makes one and prints its first key")
     for t in rows:
         roots = ",".join(t["data_roots"] or []) or "-"
         print(

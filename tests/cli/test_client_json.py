@@ -169,3 +169,10 @@ def test_python_dash_m_runs_the_command_line() -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0 and done.stdout.startswith("usage: smartune completion"), done.stderr
+
+
+def test_no_teams_is_said_not_left_blank(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.view_cmd import _teams
+
+    _teams([])
+    assert capsys.readouterr().out.startswith("no teams yet: `smartune admin create-team NAME`")
