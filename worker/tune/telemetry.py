@@ -40,7 +40,7 @@ from worker.contract.trial import TrainConfig
 from worker.training.data import Example
 from worker.training.prepared import train_examples
 from worker.training.trial_data import data_files
-from worker.tune.tracking import retrying
+from worker.tune.tracking import CREATED_MEANWHILE, LOCKED, retrying
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,12 @@ def log_training_data(
         dataset, sha256 = training_dataset(config, task, examples)
         entity = Dataset(**dataset.to_dict())
         tags = [InputTag(MLFLOW_DATASET_CONTEXT, "training"), InputTag(SHA256_TAG, sha256)]
-        retrying(lambda: client.log_inputs(run_id, datasets=[DatasetInput(entity, tags)]))
+        # Two trials of a job log the same dataset at once: MLflow's get-or-create of its row races (seen on
+        # SQLite as "UNIQUE constraint failed: datasets..."); the retry finds the row the other one made.
+        retrying(
+            lambda: client.log_inputs(run_id, datasets=[DatasetInput(entity, tags)]),
+            transient=(*LOCKED, *CREATED_MEANWHILE),
+        )
     except Exception:
         logger.warning("could not log the training data of run %s as a dataset input", run_id, exc_info=True)
 

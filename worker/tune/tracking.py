@@ -55,13 +55,19 @@ class TrackingTarget:
         return MlflowClient(tracking_uri=self.tracking_uri)
 
 
-def retrying(call: Callable[[], T], tries: int = 6) -> T:
-    """`call()`, retried with back-off while a SQLite store is locked by a concurrent writer."""
+LOCKED = ("database is locked",)  # SQLite: another writer holds the file
+# A get-or-create that lost its race to a concurrent writer (SQLite, PostgreSQL): the next try reads the row.
+CREATED_MEANWHILE = ("UNIQUE constraint failed", "duplicate key value violates unique constraint")
+
+
+def retrying(call: Callable[[], T], tries: int = 6, transient: tuple[str, ...] = LOCKED) -> T:
+    """`call()`, retried with back-off while it fails with one of the `transient` messages (by default: a
+    SQLite store locked by a concurrent writer)."""
     for attempt in range(tries):
         try:
             return call()
         except Exception as err:
-            if "database is locked" not in str(err) or attempt == tries - 1:
+            if not any(m in str(err) for m in transient) or attempt == tries - 1:
                 raise
             time.sleep(0.2 * 2**attempt)
     raise AssertionError("unreachable")

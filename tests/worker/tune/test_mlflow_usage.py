@@ -32,6 +32,7 @@ from worker.tune.telemetry import (
     DIGEST_LENGTH,
     INTERVAL_ENV,
     examples_sha256,
+    log_training_data,
     system_metrics_interval,
     train_examples,
 )
@@ -230,3 +231,29 @@ def test_a_regression_best_trial_without_a_model_is_logged_and_registered_answer
         inputs = tokenizer(RTE_PAIRS[0]["text"], RTE_PAIRS[0]["text_pair"], return_tensors="pt")
         raw = model.eval()(**inputs).logits.item()
     assert prediction["score"] == pytest.approx(raw, abs=1e-5)  # the raw prediction, no sigmoid
+
+
+@pytest.mark.glue
+def test_a_dataset_row_made_meanwhile_by_another_trial_is_retried_not_lost(
+    tmp_path: Path, mlflow_uri: str, glue_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two trials log the same training data at once: MLflow's get-or-create of the dataset row races, and
+    the loser's insert fails ("UNIQUE constraint failed: datasets..." on SQLite). The input is logged on
+    the next try, not dropped with a warning. The lost race is made to happen once, before the real call."""
+    client, experiment = _store(tmp_path, mlflow_uri)
+    run_id = client.create_run(experiment).info.run_id
+    real = client.log_inputs
+    calls: list[int] = []
+
+    def racing(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "log_inputs", racing)
+    config = TrainConfig.from_dict({"task": "rte", "data": str(glue_dir), "model": "tiny-random",
+                                    "max_train_samples": 16})  # fmt: skip
+    log_training_data(client, run_id, config, get_task("rte"))
+    assert len(calls) == 2
+    assert [d.dataset.name for d in client.get_run(run_id).inputs.dataset_inputs] == ["rte-train"]
