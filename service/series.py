@@ -49,10 +49,11 @@ def downsample(series: Series, max_points: int) -> Series:
     return out
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1; 0 for a single value) of a non-empty list."""
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (n - 1) of a non-empty list; the deviation of a single value is
+    undefined (None), not 0: the pages say "n = 1, no std" rather than "± 0"."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return mean, 0.0
+        return mean, None
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))

@@ -1,12 +1,13 @@
 """The data behind the dashboard's charts: only what a chart draws, computed on the server.
 
-- `curves`: per trial, each requested metric's history (step = epoch), downsampled by the tracker
+- `curves`: per trial, each requested metric's history (step = epoch) under a label naming its cell and
+  seed, and per cell the mean ± std band over its seeds (service.dashboard.bands), downsampled by the tracker
   (service.series.downsample); read from MLflow through the `Tracker` protocol and kept for a few seconds
   per (job, keys, max_points), so several open tabs polling one running sweep cost one read.
 - `heatmap`: the trials' best dev score grouped by two swept axes: mean, sample std and n over seeds (and
   over any other axis: the cell pools them, as the caption says).
-- `parallel`: one row per trial with a value per swept hyperparameter and the metric; non-numeric values
-  become category indices, with their labels.
+- `parallel`: one row per trial with a value per swept hyperparameter, its seed and the metric; non-numeric
+  values become category indices, with their labels; numbers spanning a decade are marked for a log axis.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from service.dashboard import bands
 from service.engine.tracking import Curves, Tracker
 from service.errors import ApiError
 from service.series import mean_std
@@ -78,24 +80,42 @@ class CurveCache:
 def curves_payload(
     curves: Curves, trials: list[dict[str, Any]], keys: list[str], only: set[str] | None
 ) -> dict[str, Any]:
-    """`{keys, trials: [{trial_id, state, curves: {key: [[epoch, value], ...]}}], points}`: the trials the
-    job's store knows, in trial order, with whatever history MLflow holds for each; values to 6
-    significant digits (a chart shows 4; a 500-trial sweep's curves stay a few hundred kB)."""
+    """`{keys, trials: [{trial_id, state, label, cell, curves: {key: [[epoch, value], ...]}}], cells:
+    [{label, trial_ids, bands: {key: [[epoch, mean, std or None, n], ...]}}], log: {key: bool}, points}`:
+    the trials the job's store knows, in trial order, with whatever history MLflow holds for each; each
+    labelled by its cell and seed (service.dashboard.bands, named from all the job's trials so a label
+    means the same on every page); the mean ± std band of each cell's trials; whether each key's axis
+    starts logarithmic. Values to 6 significant digits (a chart shows 4; a 500-trial sweep's curves stay a
+    few hundred kB)."""
+    names = bands.labels(trials)
     rows = []
+    members: dict[str, list[str]] = {}
     for trial in trials:
         if only is not None and trial["trial_id"] not in only:
             continue
+        cell, label = names[trial["trial_id"]]
+        members.setdefault(cell, []).append(trial["trial_id"])
         rows.append(
             {
                 "trial_id": trial["trial_id"],
                 "state": trial["state"],
+                "label": label,
+                "cell": cell,
                 "curves": {
                     k: [[step, float(f"{value:.6g}")] for step, value in v]
                     for k, v in curves.get(trial["trial_id"], {}).items()
                 },
             }
         )
-    return {"keys": keys, "trials": rows, "points": sum(len(v) for r in rows for v in r["curves"].values())}
+    by_trial = {r["trial_id"]: r["curves"] for r in rows}
+    per_key = {k: bands.bands(members, by_trial, k) for k in keys}
+    cells = [
+        {"label": cell, "trial_ids": ids, "bands": {k: per_key[k][cell] for k in keys if cell in per_key[k]}}
+        for cell, ids in members.items()
+    ]
+    log = {k: bands.log_scale(p[1] for r in rows for p in r["curves"].get(k, [])) for k in keys}
+    points = sum(len(v) for r in rows for v in r["curves"].values())
+    return {"keys": keys, "trials": rows, "cells": cells, "log": log, "points": points}
 
 
 def _label(value: Any) -> str:
@@ -146,18 +166,22 @@ def heatmap(trials: list[dict[str, Any]], x: str, y: str, axes: list[str]) -> di
 
 
 def parallel(trials: list[dict[str, Any]], axes: list[str], metric: str) -> dict[str, Any]:
-    """Parallel coordinates: a dimension per hyperparameter (numbers as they are, other values as
-    category indices with `ticks`), then the metric; one line per scored trial."""
+    """Parallel coordinates: a dimension per hyperparameter, the seed last among them (numbers as they
+    are, with `log` true where they span a decade; other values as category indices with `ticks`), then
+    the metric with its `range` [min, max], which the colour bar spans too; one line per scored trial."""
     scored = [t for t in trials if t["best_score"] is not None]
-    dimensions = []
-    for name in axes:
+    ordered = sorted(a for a in axes if a != bands.SEED) + [a for a in axes if a == bands.SEED]
+    dimensions: list[dict[str, Any]] = []
+    for name in ordered:
         values = [t["params"].get(name) for t in scored]
         numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
         if numeric:
-            dimensions.append({"label": name, "values": values})
+            dimensions.append({"label": name, "values": values, "log": bands.log_scale(values)})
         else:
             labels = sorted({_label(v) for v in values})
             index = {label: i for i, label in enumerate(labels)}
             dimensions.append({"label": name, "values": [index[_label(v)] for v in values], "ticks": labels})
-    dimensions.append({"label": metric, "values": [t["best_score"] for t in scored]})
+    scores = [float(t["best_score"]) for t in scored]
+    span = [min(scores), max(scores)] if scores else None
+    dimensions.append({"label": metric, "values": scores, "range": span, "log": False})
     return {"dimensions": dimensions, "trial_ids": [t["trial_id"] for t in scored]}

@@ -59,7 +59,17 @@ def read_jobs_data(
     """The jobs list's rows (the same filters and page as the list), for its live cells."""
     states = [s.value for s in state or []]
     data = views.jobs_page(session, settings, viewer.principal, states=states, text=q, page=page)
-    keep = ("id", "state", "best_value", "started_at", "finished_at", "wait_reason", "progress")
+    keep = (
+        "id",
+        "kind",
+        "state",
+        "best_value",
+        "verdict",
+        "started_at",
+        "finished_at",
+        "wait_reason",
+        "progress",
+    )
     return {"jobs": [{k: j[k] for k in keep} for j in data["jobs"]], "count": data["count"]}
 
 

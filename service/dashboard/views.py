@@ -27,8 +27,9 @@ from service.dashboard.tasks import task_rows
 from service.errors import ApiError, not_found
 from service.series import mean_std
 from service.store import crud
-from service.store.models import FINAL_STATES, Job, JobState, Trial
+from service.store.models import FINAL_STATES, Job, JobKind, JobState, Trial
 from worker.contract.model_registry import registered_model_name
+from worker.contract.spec import JobSpec
 
 PAGE_SIZE = 25
 STATES = [s.value for s in JobState]
@@ -67,7 +68,20 @@ def _planned_epochs(job: Job) -> int:
 
 def _row(job: Job, settings: Settings, admin: bool, counts: dict[str, int]) -> dict[str, Any]:
     public = job_public(job, settings, admin=admin).model_dump(mode="json")
-    return {**public, "progress": progress(job, counts), "final": job.state in FINAL_STATES}
+    return {
+        **public,
+        "progress": progress(job, counts),
+        "final": job.state in FINAL_STATES,
+        "verdict": verdict(job),
+    }
+
+
+def verdict(job: Job) -> str | None:
+    """An audit's verdict (PASS, FAIL, NOT-COMPARABLE) once its report is in; None for a sweep."""
+    if job.kind != JobKind.AUDIT:
+        return None
+    found = (job.summary or {}).get("verdict")
+    return str(found) if found else None
 
 
 def jobs_page(
@@ -140,11 +154,15 @@ def job_page(session: Session, settings: Settings, principal: Principal, job: Jo
     best = next((c for c in cells if c["mean"] is not None), None)
     axes = sorted({k for t in trials for k in t["params"]} - {SEED})
     swept = [a for a in axes if len({json.dumps(t["params"].get(a)) for t in trials}) > 1] or axes
+    if not trials:  # nothing ran yet: the spec's grid, so the charts stand there waiting for the first epoch
+        swept = spec_axes(detail["spec"])
     metric_keys = sorted({k for t in trials for k in t["metrics"]})
     summary = job.summary or {}
+    is_smart = str(detail["spec"].get("method", "")).startswith("smart")
+    final = job.state in FINAL_STATES
     return {
         "job": detail,
-        "final": job.state in FINAL_STATES,
+        "final": final,
         "progress": progress(job, counts),
         "spec_yaml": yaml.safe_dump(detail["spec"], sort_keys=False),
         "main_metric": summary.get("main_metric") or "score",
@@ -155,8 +173,9 @@ def job_page(session: Session, settings: Settings, principal: Principal, job: Jo
         "paper": paper.beside(detail["spec"], cells),
         "tasks": task_rows(trials, job.summary),  # a multitask job's per-task results; else none
         "axes": swept,
-        "regularizer_keys": [k for k in metric_keys if k.startswith("train_") and k not in NOT_REGULARIZER],
-        "is_smart": str(detail["spec"].get("method", "")).startswith("smart"),
+        "regularizer_keys": [k for k in metric_keys if k.startswith("train_") and k not in NOT_REGULARIZER]
+        or (["train_r_s"] if is_smart and not final else []),  # a SMART sweep's first epoch is on its way
+        "is_smart": is_smart,
         "can_submit": principal.team_id is not None and principal.team_id == job.team_id,
         "audits": [_audit_row(a) for a in audits.list_audits(session=session, job_id=job.id)],
         "can_audit": job.state == JobState.SUCCEEDED and any(t["best_score"] is not None for t in trials),
@@ -197,6 +216,16 @@ def registered_versions(job: Job) -> dict[str, dict[str, Any]]:
             out[str(task)] = {"name": name, "version": str(entry["version"]),
                               "uri": f"models:/{name}/{entry['version']}"}  # fmt: skip
     return out
+
+
+def spec_axes(spec: dict[str, Any]) -> list[str]:
+    """The axes a spec sweeps (more than one value; the seed aside), from its grid: what a job's charts
+    will show before its first trial reports. A spec that no longer validates shows none."""
+    try:
+        grid = JobSpec.model_validate(spec).grid_axes()
+    except ValueError:
+        return []
+    return sorted(name for name, values in grid.items() if name != SEED and len(values) > 1)
 
 
 def _audit_row(audit: Job) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from service.engine.sync import stop_open_trials
 from service.store import crud, outbox
 from service.store.models import Job, JobKind, JobState
-from worker.contract.outcome import completed_trials, no_result_reason
+from worker.contract.outcome import completed_trials, no_result_reason, state_counts
 
 NO_SUMMARY: dict[str, Any] = {"no_summary": True}  # the driver ended well but left no summary anywhere
 
@@ -37,7 +37,11 @@ def record_summary(session: Session, job: Job, summary: dict[str, Any] | None) -
         crud.set_state(session=session, job=job, state=JobState.FAILED, reason=job.message)
         stop_open_trials(session=session, job_id=job.id)
         return
-    reason = f"sweep finished: {counts}" if summary is not None else "sweep finished; its summary is pending"
+    reason = (
+        f"sweep finished: {state_counts(counts)}"
+        if summary is not None
+        else "sweep finished; its summary is pending"
+    )
     crud.set_state(session=session, job=job, state=JobState.SUCCEEDED, reason=reason)
 
 

@@ -59,6 +59,7 @@ class JobRuns:
 Curves = dict[str, dict[str, Series]]
 FINAL_RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 MAX_CACHED_HISTORIES = 200_000  # (run, metric) histories kept; a run's are re-read only when it moved on
+SEED = "seed"  # the run param (worker.tune.tracking.flat_params) holding the trial's seed
 
 
 class Tracker(Protocol):
@@ -261,13 +262,19 @@ class MlflowTracker:
             params = json.loads(tags.get(CELL, "{}"))
         except json.JSONDecodeError:
             params = {}
+        params = params if isinstance(params, dict) else {"cell": params}
+        # The cell tag leaves the seed out (it names the cell); the run's params hold the resolved config,
+        # its seed among them: without it two seeds of one cell would read as the same trial.
+        seed = _int(run.data.params.get(SEED), -1)
+        if seed >= 0:
+            params["seed"] = seed
         return TrialRun(
             trial_id=tags[TRIAL],
             run_id=run.info.run_id,
             attempt=_int(tags.get(ATTEMPT)),
             state=tags.get(STATE, "PENDING"),
             error_class=tags.get(ERROR_CLASS),
-            params=params if isinstance(params, dict) else {"cell": params},
+            params=params,
             best_score=best,
             last_epoch=epoch,
             metrics=metrics,

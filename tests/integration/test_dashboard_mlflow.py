@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from service.engine.tracking import MlflowTracker
-from worker.contract.tags import ATTEMPT, BEST_CHECKPOINT, JOB, PARENT, STATE, TRIAL
+from worker.contract.tags import ATTEMPT, BEST_CHECKPOINT, CELL, JOB, PARENT, STATE, TRIAL
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -109,3 +109,29 @@ def test_a_best_checkpoint_and_a_registered_version_download_from_a_real_store(t
     assert sorted(p.name for p in model.rglob("*")) == ["config.json", "model.safetensors"]
     with pytest.raises(Exception, match="not found|RESOURCE_DOES_NOT_EXIST"):
         tracker.download_model("smartune-nlp-rte", "9", tmp_path / "none")
+
+
+def test_a_trials_params_are_its_cell_and_its_seed(tmp_path: Path) -> None:
+    """The cell tag leaves the seed out; the run's params (the resolved config, as text) hold it: the
+    trial's params carry both, so two seeds of one cell are told apart on the compare page and in the
+    parallel coordinates."""
+    tracker = MlflowTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", "smartune-nlp", str(tmp_path / "artifacts")
+    )
+    client = tracker.client
+    experiment_id = tracker.ensure_experiment()
+    assert experiment_id is not None
+    parent = client.create_run(experiment_id, tags={JOB: "job-1", ATTEMPT: "1"}).info.run_id
+    for trial, seed in (("t1", 1), ("t2", 2)):
+        run_id = _child(client, experiment_id, parent, "job-1", trial, 1, "TERMINATED")
+        client.set_tag(run_id, CELL, '{"learning_rate": 2e-05}')
+        client.log_param(run_id, "seed", str(seed))
+        client.log_param(run_id, "learning_rate", "2e-05")
+    no_seed = _child(client, experiment_id, parent, "job-1", "t3", 1, "RUNNING")
+    client.set_tag(no_seed, CELL, '{"learning_rate": 3e-05}')  # params not logged yet
+    params = {t.trial_id: t.params for t in tracker.job_runs("job-1").trials}
+    assert params == {
+        "t1": {"learning_rate": 2e-05, "seed": 1},
+        "t2": {"learning_rate": 2e-05, "seed": 2},
+        "t3": {"learning_rate": 3e-05},
+    }

@@ -54,6 +54,13 @@ def test_the_job_page_audits_the_best_trial_and_shows_the_report(
     assert "1 differing" in done and "(1 differ)" in done
     listed = client.get(f"/ui/jobs/{job_id}").text
     assert f'href="/ui/jobs/{audit_id}"' in listed and "verdict-FAIL" in listed
+    # the jobs list: the audit's row shows its verdict, not "0 / 1" trials and no best value
+    row = client.get("/ui/jobs").text.split(f'data-job="{audit_id}"')[1].split("</tr>")[0]
+    assert 'data-kind="audit"' in row and '<span class="verdict verdict-FAIL">FAIL</span>' in row
+    assert "0 / 1" not in row and '<td data-field="trials">audit</td>' in row
+    live = {j["id"]: j for j in client.get("/ui/data/jobs").json()["jobs"]}
+    assert live[audit_id]["verdict"] == "FAIL" and live[audit_id]["kind"] == "audit"
+    assert live[job_id]["verdict"] is None and live[job_id]["kind"] == "sweep"
 
 
 def test_another_team_cannot_see_or_start_an_audit(

@@ -9,7 +9,8 @@ import math
 import pytest
 from fastapi.testclient import TestClient
 
-from service.dashboard.charts import CurveCache
+from service.dashboard.bands import bands, labels, log_scale, short
+from service.dashboard.charts import CurveCache, parallel
 from service.engine.rounds import Engine
 from service.series import clean, downsample, mean_std
 from tests.service.dashboard_utils import logged_in, sweep
@@ -30,9 +31,79 @@ def test_curves_give_every_trials_epochs(client: TestClient, job_id: str) -> Non
     assert body["keys"] == ["score", "train_loss"]
     assert len(body["trials"]) == 8 and body["points"] == 8 * 4 * 2
     first = body["trials"][0]
-    assert set(first) == {"trial_id", "state", "curves"}
+    assert set(first) == {"trial_id", "state", "label", "cell", "curves"}
     assert [p[0] for p in first["curves"]["score"]] == [1, 2, 3, 4]
     assert first["curves"]["train_loss"][1] == [2, 0.5]
+
+
+def test_each_trial_is_labelled_by_its_cell_and_seed(client: TestClient, job_id: str) -> None:
+    body = client.get(f"/ui/data/jobs/{job_id}/curves?key=score").json()
+    labels = {t["trial_id"]: (t["cell"], t["label"]) for t in body["trials"]}
+    # the sweep's first trials: lr 1e-4, batch 8, seeds 1 and 2 (batch_size and learning_rate both vary)
+    assert labels["t001"] == ("batch_size=8 learning_rate=1e-4", "batch_size=8 learning_rate=1e-4 seed=1")
+    assert labels["t002"] == ("batch_size=8 learning_rate=1e-4", "batch_size=8 learning_rate=1e-4 seed=2")
+    assert len({label for _cell, label in labels.values()}) == 8  # no two trials read alike
+
+
+def test_each_cell_has_a_mean_and_std_band_over_its_seeds(client: TestClient, job_id: str) -> None:
+    body = client.get(f"/ui/data/jobs/{job_id}/curves?key=score&key=train_loss").json()
+    cells = {c["label"]: c for c in body["cells"]}
+    assert len(cells) == 4
+    cell = cells["batch_size=8 learning_rate=1e-4"]
+    assert cell["trial_ids"] == ["t001", "t002"]
+    epoch, mean, std, n = cell["bands"]["score"][0]
+    # epoch 1 of seeds 1 and 2: 0.5 + 0.01 + 0.05 + 0.001 * seed
+    assert (epoch, n) == (1, 2)
+    assert mean == pytest.approx(0.5615) and std == pytest.approx(0.001 / math.sqrt(2), rel=1e-4)
+    assert [row[0] for row in cell["bands"]["train_loss"]] == [1, 2, 3, 4]
+
+
+def test_a_cell_of_one_seed_has_no_std(client: TestClient, job_id: str) -> None:
+    body = client.get(f"/ui/data/jobs/{job_id}/curves?key=score&trial=t001&trial=t003").json()
+    for cell in body["cells"]:
+        assert [row[3] for row in cell["bands"]["score"]] == [1, 1, 1, 1]
+        assert all(row[2] is None for row in cell["bands"]["score"])  # undefined, not 0
+
+
+def test_the_curves_say_which_keys_start_on_a_log_axis(client: TestClient, job_id: str) -> None:
+    body = client.get(f"/ui/data/jobs/{job_id}/curves?key=score&key=train_loss&key=train_r_s").json()
+    # score 0.51..0.59: linear; train_loss 1..1/4 and train_r_s 0.1..0.025 span less than a decade
+    assert body["log"] == {"score": False, "train_loss": False, "train_r_s": False}
+
+
+def test_the_log_axis_decision() -> None:
+    assert log_scale([1e-5, 3e-5, 1e-4]) is True  # a decade
+    assert log_scale([2e-5, 5e-5]) is False  # not a decade apart
+    assert log_scale([1e-5, 0.5]) is True
+    assert log_scale([0.0, 1e-5, 1.0]) is False  # zero has no place on a log axis
+    assert log_scale([-1.0, 10.0]) is False
+    assert log_scale(["a", 1.0]) is False and log_scale([True, 100]) is False
+    assert log_scale([]) is False and log_scale([float("nan"), 1.0]) is False
+
+
+def test_labels_name_what_differs_and_values_read_short() -> None:
+    trials = [
+        {"trial_id": "a", "params": {"method": "smart", "learning_rate": 2e-5, "seed": 1}},
+        {"trial_id": "b", "params": {"method": "smart", "learning_rate": 1e-4, "seed": 2}},
+        {"trial_id": "c", "params": {"method": "pgd", "learning_rate": 2e-5, "seed": 1}},
+    ]
+    assert labels(trials)["a"] == (
+        "learning_rate=2e-5 method=smart",
+        "learning_rate=2e-5 method=smart seed=1",
+    )
+    assert labels(trials)["b"][1] == "learning_rate=1e-4 method=smart seed=2"
+    same = [{"trial_id": "x", "params": {"lambda_s": 3.0}}, {"trial_id": "y", "params": {"lambda_s": 3.0}}]
+    assert labels(same) == {"x": ("lambda_s=3", "lambda_s=3 x"), "y": ("lambda_s=3", "lambda_s=3 y")}
+    assert [short(v) for v in (0.3, 10, 1.5e-7, "mean", [1, 2])] == ["0.3", "10", "1.5e-7", "mean", "[1, 2]"]
+
+
+def test_bands_over_uneven_seeds() -> None:
+    curves = {"a": {"k": [[1, 1.0], [2, 2.0]]}, "b": {"k": [[1, 3.0]]}, "c": {}}
+    out = bands({"cell": ["a", "b"], "none": ["c"]}, curves, "k")
+    assert set(out) == {"cell"}  # a cell without points has no band
+    (first, second) = out["cell"]
+    assert first[:2] == [1, 2.0] and first[2] == pytest.approx(math.sqrt(2), rel=1e-5) and first[3] == 2
+    assert second == [2, 2.0, None, 1]  # one seed logged epoch 2: no std
 
 
 def test_curves_are_downsampled_on_the_server(
@@ -99,9 +170,29 @@ def test_parallel_coordinates_have_every_hyperparameter_and_the_metric(
     client: TestClient, job_id: str
 ) -> None:
     body = client.get(f"/ui/data/jobs/{job_id}/parallel").json()
-    labels = [d["label"] for d in body["dimensions"]]
-    assert labels == ["batch_size", "learning_rate", "seed", "accuracy"]
+    names = [d["label"] for d in body["dimensions"]]
+    assert names == ["batch_size", "learning_rate", "seed", "accuracy"]
     assert all(len(d["values"]) == 8 for d in body["dimensions"]) and len(body["trial_ids"]) == 8
+    assert sorted(body["dimensions"][2]["values"]) == [1, 1, 1, 1, 2, 2, 2, 2]  # the seed, per trial
+    metric = body["dimensions"][-1]
+    assert metric["range"] == [min(metric["values"]), max(metric["values"])]  # the colour bar's span
+    assert [d["log"] for d in body["dimensions"]] == [False, False, False, False]  # 1e-4..5e-4: not a decade
+
+
+def test_parallel_marks_a_parameter_spanning_decades_for_a_log_axis() -> None:
+    trials = [
+        {
+            "trial_id": f"t{i}",
+            "params": {"learning_rate": lr, "lambda_s": lam, "seed": 1},
+            "best_score": 0.5 + i / 10,
+        }
+        for i, (lr, lam) in enumerate([(1e-5, 0.0), (1e-4, 1.0), (1e-3, 3.0)])
+    ]
+    body = parallel(trials, ["lambda_s", "learning_rate", "seed"], "accuracy")
+    log = {d["label"]: d["log"] for d in body["dimensions"]}
+    assert log == {"lambda_s": False, "learning_rate": True, "seed": False, "accuracy": False}
+    assert body["dimensions"][-1]["range"] == [0.5, pytest.approx(0.7)]
+    assert parallel([], ["seed"], "accuracy")["dimensions"][-1]["range"] is None
 
 
 def test_status_and_list_cells(client: TestClient, job_id: str) -> None:
@@ -113,8 +204,10 @@ def test_status_and_list_cells(client: TestClient, job_id: str) -> None:
     assert rows["count"] == 1 and rows["jobs"][0]["id"] == job_id
     assert set(rows["jobs"][0]) == {
         "id",
+        "kind",
         "state",
         "best_value",
+        "verdict",
         "started_at",
         "finished_at",
         "wait_reason",
@@ -156,6 +249,6 @@ def test_clean_keeps_the_last_logged_value_per_step_and_drops_nan() -> None:
 
 
 def test_mean_std_uses_the_sample_deviation() -> None:
-    assert mean_std([1.0]) == (1.0, 0.0)
+    assert mean_std([1.0]) == (1.0, None)  # undefined, not 0
     mean, std = mean_std([1.0, 3.0])
     assert mean == 2.0 and std == pytest.approx(math.sqrt(2))

@@ -66,6 +66,35 @@ def test_the_job_page_shows_timeline_spec_best_and_links(
     assert best["seeds"] == [1, 2] and "seed" not in axes
     resubmitted = client.post("/api/v1/jobs", json=best, headers={"Authorization": f"Bearer {team_key}"})
     assert resubmitted.status_code == 201, resubmitted.text
+    # the timeline reads as text: "sweep finished: 2 TERMINATED", not a Python dict
+    finished = [t["reason"] for t in detail["transitions"] if t["to_state"] == "SUCCEEDED"]
+    assert (
+        finished == ["sweep finished: 2 TERMINATED"]
+        and "{" not in page.split("<h2>Timeline")[1].split("</section>")[0]
+    )
+
+
+def test_a_best_cell_of_one_seed_says_its_std_is_undefined(
+    client: TestClient, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker, team_key: str
+) -> None:
+    job_id = sweep(client, engine, fake_ray, fake_tracker, team_key, seeds=(1,))
+    logged_in(client, team_key)
+    page = client.get(f"/ui/jobs/{job_id}").text
+    best = page.split("<h2>Best configuration</h2>")[1].split("</p>")[0]
+    assert "(n = 1, no std)" in best and "±" not in best
+
+
+def test_a_queued_job_has_its_charts_waiting_for_the_first_epoch(client: TestClient, team_key: str) -> None:
+    body = spec(search_space={"axes": {"learning_rate": {"type": "grid", "values": [1e-5, 1e-4]},
+                                       "lambda_s": {"type": "grid", "values": [1.0, 3.0]}}}, method="smart")  # fmt: skip
+    job_id = submit(client, team_key, body)["id"]
+    logged_in(client, team_key)
+    page = client.get(f"/ui/jobs/{job_id}").text
+    # no trial yet: the spec's grid still gives the heat map and parallel coordinates their places, and
+    # a SMART sweep its regulariser chart, each drawn as "waiting for the first epoch" by job.js
+    for chart in ("chart-score", "chart-loss", "chart-heatmap", "chart-parallel", "chart-regularizer"):
+        assert f'id="{chart}"' in page, chart
+    assert "<option selected>lambda_s</option>" in page
 
 
 def test_cancel_and_resubmit_go_through_the_job_operations(

@@ -56,7 +56,7 @@ def test_a_sweep_with_no_completed_trial_fails_with_the_reason(
     engine.tick()
     job = read(client, admin_key, job_id)
     assert job["state"] == "FAILED" and job["message"] == (
-        "no trial completed ({'ERROR': 2}); failed trials: 2 x data: "
+        "no trial completed (2 ERROR); failed trials: 2 x data: "
         "DataError: /srv/nlp/RTE/train.tsv, row 6: not UTF-8 text"
     )
     seen_by_team = read(client, team_key, job_id)["message"]  # the reason, without the server's paths

@@ -8,12 +8,11 @@
   const trials = root.dataset.trials.split(",");
   const query = trials.map((t) => "&trial=" + encodeURIComponent(t)).join("");
   const url = "/ui/data/jobs/" + encodeURIComponent(root.dataset.job) + "/curves?key=score&key=train_loss" + query;
+  // a few trials: one line each, named in the legend by its cell and seed (no bands)
+  const opts = { bands: false, emptyText: "These trials logged no epoch." };
   S.getJSON(url).then((data) => Promise.all([
-    S.drawCurves(document.getElementById("chart-compare-score"), data.trials, "score", "dev score", null),
-    S.drawCurves(document.getElementById("chart-compare-loss"), data.trials, "train_loss", "training loss", null),
-  ])).then(() => {
-    // a legend helps with a handful of trials
-    for (const id of ["chart-compare-score", "chart-compare-loss"]) Plotly.relayout(id, { showlegend: true });
-  }).catch((e) => { root.prepend(document.createTextNode("could not draw: " + e.message)); })
+    S.drawCurves(document.getElementById("chart-compare-score"), data, "score", "dev score", opts),
+    S.drawCurves(document.getElementById("chart-compare-loss"), data, "train_loss", "training loss", opts),
+  ])).catch((e) => { root.prepend(document.createTextNode("could not draw: " + e.message)); })
     .finally(() => { document.body.dataset.ready = "1"; });
 })();

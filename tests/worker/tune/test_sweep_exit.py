@@ -34,4 +34,4 @@ def test_a_sweep_with_no_completed_trial_exits_3_with_its_reason(
     assert done.returncode == NO_RESULT, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["trials_by_state"]["ERROR"] == 1 and summary["trials_by_state"]["TERMINATED"] == 0
-    assert "no trial completed ({'ERROR': 1})" in done.stderr
+    assert "no trial completed (1 ERROR)" in done.stderr

@@ -203,7 +203,7 @@ def _all_failed_with(done: Any, runs: list[Run], reason: str) -> None:
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["trials_by_state"]["ERROR"] == 2 and summary["best"] is None
     assert [(e["error_class"], e["error"]) for e in summary["errors"]] == [("data", reason)] * 2
-    assert f"no trial completed ({{'ERROR': 2}}); failed trials: 2 x data: {reason}" in done.stderr
+    assert f"no trial completed (2 ERROR); failed trials: 2 x data: {reason}" in done.stderr
     trials = [r for r in runs if "smartune.trial_id" in r.data.tags]
     assert len(runs) == 3 and len(trials) == 2
     for run in trials:

@@ -90,7 +90,7 @@ def test_summary_lists_each_failure_and_says_why_nothing_completed() -> None:
         "error": data,
     }
     assert no_result_reason(summary) == (
-        f"no trial completed ({{'ERROR': 3}}); failed trials: 2 x data: {data} (and 1 other reasons)"
+        f"no trial completed (3 ERROR); failed trials: 2 x data: {data} (and 1 other reasons)"
     )
     ok = build_summary(job_id="j", tracking_uri="u", parent_run_id="p", main_metric="accuracy",
                        outcomes=[_outcome("t0", "TERMINATED", 0.5)])  # fmt: skip
