@@ -15,8 +15,9 @@ what `torch.cuda.max_memory_allocated` reads), then the margins of a real proces
 A model the table has not measured is scaled from the nearest measured one (by hidden x layers) when its
 shape is known (a packaged alias, a local checkpoint's config.json, the hub cache's copy of it), else
 estimated as a 355M-parameter encoder (BERT-large / RoBERTa-large: the largest the paper fine-tunes).
-Trials that ran here correct the table upward (service.costs.refresh.memory_peaks). Plain functions on
-data: no torch.
+Trials that ran here correct the table upward (service.costs.refresh.memory_peaks). A LoRA trial keeps
+gradients, optimiser moments and SMART's teacher for its adapters and head only (service.costs.lora_memory).
+Plain functions on data: no torch.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.costs.lora_memory import with_lora
 from service.costs.refresh import memory_peaks
+from service.costs.shapes import Shape, shape_from_config
 from worker.contract.resources import Resources
 from worker.contract.sources import MODEL_ALIASES, SourceError, classify
 from worker.contract.spec import PLAN_OF, JobSpec
@@ -53,15 +56,6 @@ NOMINAL_GB = {"H200": 141, "GH200": 96, "H100": 80, "L40S": 48, "L40": 48, "A40"
 
 # model, method, precision as the spec says it, batch size, max_seq_length
 Key = tuple[str, str, str, int, int]
-
-
-@dataclass(frozen=True)
-class Shape:
-    params: int
-    hidden: int
-    layers: int
-    heads: int
-    source: str  # where the numbers come from
 
 
 @dataclass(frozen=True)
@@ -137,19 +131,6 @@ def gpu_memory_of(kind: str | None) -> float | None:
     return math.floor(gb * 1e9 / 2**20) if gb else None
 
 
-def _shape_from_config(config: Mapping[str, Any], source: str) -> Shape | None:
-    try:
-        hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    heads = int(config.get("num_attention_heads") or max(1, hidden // 64))
-    inner = int(config.get("intermediate_size") or 4 * hidden)
-    embeddings = (int(config.get("vocab_size") or 30522) + int(config.get("max_position_embeddings") or 512)
-                  + int(config.get("type_vocab_size") or 2)) * hidden  # fmt: skip
-    per_layer = 4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner  # attention, FFN, norms, biases
-    return Shape(embeddings + layers * per_layer + hidden * hidden, hidden, layers, heads, source)
-
-
 def _config_json(folder: Path) -> Mapping[str, Any] | None:
     try:
         loaded = json.loads((folder / "config.json").read_text())
@@ -169,18 +150,20 @@ def model_shape(model: str) -> Shape | None:
     loading it: a packaged alias's config, a local checkpoint's config.json, the hub cache's copy."""
     alias = MODEL_ALIASES.get(model)
     if alias is not None:
-        return _shape_from_config(alias.config, f"the {model} alias") if alias.config else None
+        if not alias.config:
+            return None
+        return shape_from_config(alias.config, f"the {model} alias", alias.architecture)
     try:
         source = classify(model, "model")
     except SourceError:
         return None
     if source.kind == "local":
         config = _config_json(source.path)
-        return _shape_from_config(config, f"{source.path}/config.json") if config else None
+        return shape_from_config(config, f"{source.path}/config.json") if config else None
     snapshots = hub_cache() / f"models--{model.replace('/', '--')}" / "snapshots"
     for snapshot in sorted(snapshots.glob("*"), reverse=True) if snapshots.is_dir() else []:
         if (config := _config_json(snapshot)) is not None:
-            return _shape_from_config(config, f"the hub cache's config.json of {model}")
+            return shape_from_config(config, f"the hub cache's config.json of {model}")
     return None
 
 
@@ -194,6 +177,13 @@ def _scaled(entry: Mapping[str, Any], known: Mapping[str, Any], shape: Shape) ->
     return {**entry, "fixed_mb": entry["fixed_mb"] * p, "weights_mb": entry["weights_mb"] * p,
             "per_token_mb": entry["per_token_mb"] * hl, "per_token_seq_mb": entry["per_token_seq_mb"] * max(hl, nl),
             "max_residual_mb": entry["max_residual_mb"] * max(p, hl), "scaled_from": entry["model"]}  # fmt: skip
+
+
+def _measured_shape(table: MemoryTable, known: str) -> Shape:
+    """The shape of a model the table measured (BERT-family: MLP 4 x hidden unless it says otherwise)."""
+    m = table.models[known]
+    return Shape(int(m["params"]), int(m["hidden"]), int(m["layers"]), int(m["heads"]), "memory.json",
+                 int(m.get("inner") or 0), str(m.get("model_type") or "bert"))  # fmt: skip
 
 
 def _nearest(table: MemoryTable, shape: Shape) -> str:
@@ -215,9 +205,11 @@ def estimate_memory_mb(
     shape: Shape | None = None,
     gpu_kind: str | None = None,
     table: MemoryTable | None = None,
+    peft: Mapping[str, Any] | None = None,
 ) -> MemoryEstimate:
     """One trial's peak memory per GPU: its entry (measured, scaled or conservative) at batch x seq_len,
-    weights and the fit's excess added, then the allocator's reserve and the CUDA context."""
+    weights and the fit's excess added, then the allocator's reserve and the CUDA context. `peft` (a
+    trial's LoRA block) shrinks the parameter states to the trainable share (service.costs.lora_memory)."""
     table = table or default_table()
     used, note = resolve_precision(precision, gpu_kind)
     notes = [note] if note else []
@@ -228,7 +220,10 @@ def estimate_memory_mb(
     if known is None:
         shape = shape or model_shape(model)
         if shape is None:
-            shape, basis = Shape(**CONSERVATIVE, source="the conservative rule"), "conservative"
+            shape, basis = (
+                Shape(source="the conservative rule", model_type="roberta", **CONSERVATIVE),
+                "conservative",
+            )
             notes.append(f"shape of {model!r} unknown: estimated as a 355M-parameter encoder (RoBERTa-large)")
         else:
             basis = "scaled"
@@ -242,6 +237,11 @@ def estimate_memory_mb(
         entry = _scaled(entry, table.models[known], shape)
         notes.append(f"scaled from {known} to {shape.params / 1e6:.0f}M parameters, hidden {shape.hidden}, "
                      f"{shape.layers} layers ({shape.source})")  # fmt: skip
+    if peft is not None:
+        dims = shape if basis != "measured" and shape is not None else _measured_shape(table, known)
+        entry, note = with_lora(entry, peft, params=dims.params, model_type=dims.model_type,
+                                hidden=dims.hidden, inner=dims.mlp, layers=dims.layers)  # fmt: skip
+        notes.append(note)
     tokens = batch_size * seq_len
     update = entry["fixed_mb"] + tokens * (entry["per_token_mb"] + entry["per_token_seq_mb"] * seq_len)
     allocated = entry["weights_mb"] + update + entry["max_residual_mb"]
@@ -252,7 +252,8 @@ def estimate_memory_mb(
         )
         allocated, basis = seen, f"{basis} + corrected"
     described = {k: entry[k] for k in ("model", "method", "precision", "fixed_mb", "per_token_mb",
-                                       "per_token_seq_mb", "weights_mb", "max_residual_mb") if k in entry}  # fmt: skip
+                                       "per_token_seq_mb", "weights_mb", "max_residual_mb",
+                                       "lora_trainable_params") if k in entry}  # fmt: skip
     described |= {"source": table.source, "device": table.device}
     mb = math.ceil(allocated * ALLOCATOR_RESERVE + CUDA_CONTEXT_MB)
     return MemoryEstimate(float(mb), allocated, used, basis, described, tuple(notes))
@@ -265,7 +266,7 @@ def trial_estimate(
     return estimate_memory_mb(str(trial.get("model") or spec.model), str(trial["method"]),
                               str(trial.get("precision") or "auto"), int(trial["batch_size"]),
                               int(trial["max_seq_length"]), str(trial.get("optimizer") or "adamw"),
-                              gpu_kind=gpu_kind, table=table)  # fmt: skip
+                              gpu_kind=gpu_kind, table=table, peft=trial.get("peft"))  # fmt: skip
 
 
 def spec_estimate(spec: JobSpec, *, gpu_kind: str | None, table: MemoryTable | None = None) -> MemoryEstimate:

@@ -10,7 +10,10 @@ time (smart_algorithms.md §2 bug 1, §9 pitfall 3): the clean and the perturbed
 zero noise. This adapter instead runs the full model with a forward hook on ``model.base_model.embeddings``
 that REPLACES that module's output with the given tensor, so the tensor enters the encoder as-is. The hook
 is architecture-generic (BERT, RoBERTa, DeBERTa, ELECTRA all expose ``base_model.embeddings``) and the
-model's own mask handling, pooling and head run unchanged.
+model's own mask handling, pooling and head run unchanged. Decoders (GPT-2, Llama, Qwen2) compute their
+embedding output inline; smart_core.integrations.decoder names the module whose output it is (GPT-2's
+embedding dropout, Llama's ``embed_tokens``) and gives them positions from the attention mask. A
+``peft.PeftModel`` (LoRA) is split through the transformers model it wraps.
 
 The baselines perturb elsewhere, as their papers and code do: FreeLB, R3F and PGD add δ to the *word*
 embeddings, before position/type embeddings, LayerNorm and dropout (`perturb_site: word-embeddings`). The
@@ -34,6 +37,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from smart_core.config import PerturbSite
+from smart_core.integrations.decoder import decoder_split
 
 # Batch keys the adapter forwards to the model (labels are deliberately not passed: losses are computed by
 # the SMART core, not by the model).
@@ -51,13 +55,21 @@ class EmbeddingAdapter:
     def __init__(
         self, model: PreTrainedModel, is_regression: bool, site: PerturbSite = "embedding-output"
     ) -> None:
+        # A PEFT model (LoRA) is split through the transformers model it wraps: the adapters sit inside
+        # its linear layers, and the wrapper's forward only passes the inputs on (worker.training.lora).
+        model = unwrap_peft(model)
         self.model = model
         self.is_regression = is_regression
         self.site = site
-        embeddings = getattr(model.base_model, "embeddings", None)
+        # A decoder's embedding layer has no module of its own (smart_core.integrations.decoder).
+        self.decoder = decoder_split(model)
+        embeddings = (
+            self.decoder.output_module if self.decoder else getattr(model.base_model, "embeddings", None)
+        )
         if not isinstance(embeddings, nn.Module):
             raise TypeError(
-                f"{type(model).__name__} has no `base_model.embeddings` module: the SMART adapter needs the "
+                f"{type(model).__name__} has no `base_model.embeddings` module and is not a decoder this adapter "
+                "knows (GPT-2's `wte`/`wpe`/`drop`, Llama's `embed_tokens`): the SMART adapter needs the "
                 "embedding layer as a submodule to perturb its output"
             )
         self.embeddings: nn.Module = embeddings
@@ -76,8 +88,9 @@ class EmbeddingAdapter:
         self._model_params = set(inspect.signature(model.forward).parameters)
         # The head is everything outside the encoder (BERT: `classifier`; RoBERTa/ELECTRA: `classifier.*`;
         # DeBERTa: `pooler` + `classifier`). Identity comparison, since tied weights share Parameter objects.
+        # Frozen parameters (the original head beside LoRA's trainable copy) take no gradient: left out.
         encoder_ids = {id(p) for p in model.base_model.parameters()}
-        self._head_params = [p for p in model.parameters() if id(p) not in encoder_ids]
+        self._head_params = [p for p in model.parameters() if id(p) not in encoder_ids and p.requires_grad]
 
     # -- the split ---------------------------------------------------------------------------------------
 
@@ -91,6 +104,8 @@ class EmbeddingAdapter:
         """
         if self.site == "word-embeddings":
             return self._checked(self._replaced(batch["input_ids"]))
+        if self.decoder is not None:
+            return self._checked(self.decoder.embed(batch))
         kwargs: dict[str, Any] = {"input_ids": batch["input_ids"]}
         if "token_type_ids" in batch and "token_type_ids" in self._embed_params:
             kwargs["token_type_ids"] = batch["token_type_ids"]
@@ -132,7 +147,10 @@ class EmbeddingAdapter:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _model_kwargs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """The batch's model inputs that this model's forward accepts (DistilBERT has no token types)."""
+        """The batch's model inputs that this model's forward accepts (DistilBERT has no token types); a
+        decoder's are ids, mask and positions from the mask."""
+        if self.decoder is not None:
+            return self.decoder.model_kwargs(batch)
         return {k: batch[k] for k in _MODEL_INPUT_KEYS if k in batch and k in self._model_params}
 
     def _logits(self, output: Any) -> Tensor:
@@ -169,6 +187,14 @@ class EmbeddingAdapter:
             yield calls
         finally:
             handle.remove()
+
+
+def unwrap_peft(model: Any) -> Any:
+    """The transformers model inside a `peft.PeftModel` (its LoRA layers injected in place), else `model`.
+    Duck-typed: smart_core does not import peft."""
+    if type(model).__module__.startswith("peft.") and callable(getattr(model, "get_base_model", None)):
+        return model.get_base_model()
+    return model
 
 
 def compile_encoder(model: nn.Module) -> None:

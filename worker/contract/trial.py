@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from smart_core.config import MethodConfig, method_config
+from worker.contract.lora import lora_spec
 
 OptimizerName = Literal["adam", "adamw", "radam"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
@@ -24,6 +25,9 @@ PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
 # How `max_train_samples` / `max_eval_samples` pick rows: a seeded sample stratified by label and source
 # genre (worker.training.sampling), or the first N in file order (what every capped run did before).
 SamplingName = Literal["random", "head"]
+# Which side a batch's padding goes: the tokenizer's own (`padding_side` in its tokenizer_config.json;
+# right for MiniLM), or as named. Decoders read each row's last real token either way.
+PaddingSide = Literal["auto", "left", "right"]
 SAMPLINGS: tuple[str, ...] = get_args(SamplingName)
 
 
@@ -43,6 +47,9 @@ class Knob:
     cli: bool = True
     sweep: bool = True
     flags: tuple[str, ...] = ()
+    # Absent from the spec's canonical JSON while at its default: a field added after specs were hashed
+    # leaves their hashes as they were (worker.contract.spec).
+    omit_default: bool = False
 
     def violation(self, value: Any) -> str | None:
         """Why `value` breaks the bounds, or None (None values are for optional fields, checked by type)."""
@@ -140,10 +147,18 @@ class TrainConfig:
         None, ge=0, lt=1, spec=True, help="every dropout of the model (encoder hidden and attention, the "
         "task head); unset: the checkpoint's own and the task's head dropout. 0: none at all"
     )  # fmt: skip
+    peft: dict[str, Any] | None = knob(
+        None, cli=False, sweep=False, help="parameter-efficient fine-tuning (the spec's `peft` block, "
+        "worker.contract.lora): LoRA adapters on a frozen model; unset: every weight trains"
+    )  # fmt: skip
     num_threads: int | None = knob(
         None, ge=1, le=512, sweep=False, flags=("--threads",), help="torch CPU threads"
     )
     length_grouping: bool = knob(True, spec=True, help="length-grouped batches (dynamic padding)")
+    padding_side: PaddingSide = knob(
+        "auto", spec=True, sweep=False, omit_default=True, help="where a batch's padding goes: left or right; auto: the "
+        "tokenizer's own side. Left is for decoders (positions follow the attention mask there)"
+    )  # fmt: skip
     pad_to: int | None = knob(
         None, ge=1, cli=False, sweep=False, help="pad every batch to this length (benchmarks)"
     )
@@ -175,6 +190,7 @@ class TrainConfig:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"invalid value for optimizer: {self.optimizer!r} ({', '.join(OPTIMIZERS)})")
         self.method_config()  # validates the method name and its overrides now, not mid-run
+        lora_spec(self.peft)  # a ValueError naming `peft.<field>`
 
     def method_config(self) -> MethodConfig:
         return method_config(self.method, **self.method_params)
@@ -214,9 +230,10 @@ def current_names(values: Mapping[str, Any]) -> dict[str, Any]:
 
 # Fields added after records were written -> the value that reproduces those records. A trial's whole
 # values read back from a record (Tune's experiment state, `smartune.prov.config`) without one were made
-# before it existed: a capped run then read the first rows in file order. Only for whole records: a
+# before it existed: a capped run then read the first rows in file order, and every batch was padded on
+# the right. Only for whole records: a
 # partial set of values (`smartune train`'s flags) takes the declared defaults.
-ADDED = {"sampling": "head"}
+ADDED = {"sampling": "head", "padding_side": "right"}
 
 
 def recorded_values(values: Mapping[str, Any]) -> dict[str, Any]:

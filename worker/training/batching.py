@@ -125,9 +125,14 @@ def padding_ratio(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> f
 
 
 def collate(
-    encoded: EncodedDataset, indices: Sequence[int], pad_token_id: int, pad_to: int | None = None
+    encoded: EncodedDataset,
+    indices: Sequence[int],
+    pad_token_id: int,
+    pad_to: int | None = None,
+    side: str = "right",
 ) -> dict[str, torch.Tensor]:
-    """Pad the examples at ``indices`` on the right to the batch's longest sequence (or ``pad_to``).
+    """Pad the examples at ``indices`` to the batch's longest sequence (or ``pad_to``), on the ``side``
+    given: right, or left (decoders, whose positions follow the attention mask).
 
     Returns ``input_ids`` (B, T) long, ``attention_mask`` (B, T) long (1 = real token),
     ``token_type_ids`` (B, T) long when the tokenizer gave them (padding gets segment 0), and
@@ -141,8 +146,13 @@ def collate(
         raise ValueError(f"pad_to={pad_to} is shorter than the batch's longest sequence ({longest})")
     width = longest if pad_to is None else pad_to  # T
 
+    if side not in ("left", "right"):
+        raise ValueError(f"padding side must be left or right, got {side!r}")
+
     def pad(rows: list[list[int]], value: int) -> torch.Tensor:
         # One tensor from padded Python lists: much faster than filling a tensor row by row.
+        if side == "left":
+            return torch.tensor([[value] * (width - len(row)) + row for row in rows], dtype=torch.long)
         return torch.tensor([row + [value] * (width - len(row)) for row in rows], dtype=torch.long)
 
     batch = {

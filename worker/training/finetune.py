@@ -18,6 +18,7 @@ from typing import Any
 from worker.contract.tasks import TaskSpec
 from worker.contract.trial import TrainConfig
 from worker.training.loop import StepCallback, evaluate, evaluate_validation, train_epoch
+from worker.training.lora import is_lora, save_lora
 from worker.training.models import describe_model, model_digest, set_label_names
 from worker.training.parallel import data_parallel
 from worker.training.provenance import dataset_provenance, environment
@@ -39,10 +40,14 @@ def save_checkpoint(session: TrainingSession, directory: Path) -> Path:
 
 def save_model(model: Any, task: TaskSpec, tokenizer: Any, directory: Path) -> Path:
     """A task's model as a Hugging Face folder: model.safetensors, config.json (with the task's label names
-    as id2label/label2id) and the tokenizer."""
+    as id2label/label2id) and the tokenizer. A LoRA model is saved merged, with its adapter and head in
+    `adapter/` (worker.training.lora.save_lora)."""
     directory.mkdir(parents=True, exist_ok=True)
     set_label_names(model.config, task.labels)
-    model.save_pretrained(directory)
+    if is_lora(model):
+        save_lora(model, directory)
+    else:
+        model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 

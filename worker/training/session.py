@@ -20,9 +20,11 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from smart_core import Objective
 from smart_core.integrations.embedding import EmbeddingAdapter, compile_encoder
+from worker.contract.lora import lora_spec
 from worker.contract.tasks import TaskSpec, get_task
 from worker.contract.trial import TrainConfig
 from worker.training.batching import EncodedDataset, length_grouped_batches, sequential_batches
+from worker.training.lora import is_lora, load_trainable_state, trainable_state
 from worker.training.models import resolve_model
 from worker.training.prepared import PreparedData, prepare_data
 from worker.training.ranks import SINGLE, Ranks
@@ -127,7 +129,20 @@ def task_model(config: TrainConfig, task: TaskSpec) -> tuple[Any, Any]:
         head_dropout=task.head_dropout,
         seed=config.seed,
         dropout=config.dropout,
+        peft=lora_spec(config.peft),
     )
+
+
+def padding_side(config: TrainConfig, tokenizer: Any, adapter: EmbeddingAdapter) -> str:
+    """The side a batch's padding goes (`padding_side`, `auto`: the tokenizer's). Left padding needs a
+    decoder, whose positions follow the attention mask: an encoder's absolute positions would shift."""
+    side = str(tokenizer.padding_side) if config.padding_side == "auto" else config.padding_side
+    if side == "left" and adapter.decoder is None:
+        raise ValueError(
+            f"padding_side: left pads an encoder ({type(adapter.model).__name__}), whose positions would then "
+            "shift with the padding; use right (left is for decoders such as GPT-2, Llama and Qwen2)"
+        )
+    return side
 
 
 class TrainingSession:
@@ -154,6 +169,9 @@ class TrainingSession:
         method = config.method_config()
         self.adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)
         self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.padding_side = padding_side(config, tokenizer, self.adapter)
+        # A LoRA trial's checkpoint holds its trainable tensors only: the frozen base is rebuilt by name+seed.
+        self.lora = is_lora(model)
         self.steps_per_epoch = -(-len(train) // config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -217,7 +235,9 @@ class TrainingSession:
     def state_dict(self) -> dict[str, Any]:
         reference = self.objective.reference
         return {
-            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            "model": trainable_state(self.model)
+            if self.lora
+            else {k: v.detach().clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "reference": reference.state_dict() if reference is not None else None,
@@ -237,7 +257,10 @@ class TrainingSession:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        if self.lora:
+            load_trainable_state(self.model, state["model"])
+        else:
+            self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.objective.reference is not None and state["reference"] is not None:

@@ -160,3 +160,23 @@ def test_torch_compile_compiles_the_encoder_and_matches_eager(tmp_path: Path) ->
     assert trainer.smart is not None and trainer.smart.objective.reference is not None
     for ours, theirs in zip(trainer.smart.objective.reference.shadow, shadow, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["tiny-random-llama", "tiny-random-gpt2"])
+def test_a_lora_decoder_step_through_the_trainer_is_one_step_of_the_project_loop(
+    tmp_path: Path, model: str
+) -> None:
+    """A `peft` model in a SmartTrainer: the adapters and the head move as in the project's loop, the frozen
+    base does not, and the teacher holds the trainable parameters only."""
+    config = train_config(model=model, peft={"method": "lora", "r": 4, "alpha": 8}, dropout=0.1)
+    weights, shadow = _project_step(config)
+    trainer = _trainer(tmp_path, config)
+    before = parameters(trainer.model)
+    trainer.train()
+    _assert_same(trainer, weights, shadow)
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    moved = {n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and moved <= trainable and any("lora_B" in n for n in moved)
+    assert sum(s.numel() for s in shadow) == sum(
+        p.numel() for n, p in trainer.model.named_parameters() if n in trainable
+    )

