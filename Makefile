@@ -107,6 +107,7 @@ bench: install
 	  | tee bench/results/orchestration.json
 	$(BIN)/smartune bench dashboard --trials 500 --epochs 10 --out bench/results/dashboard.json
 	$(BIN)/smartune bench startup --json | tee bench/results/startup.json
+	$(BIN)/smartune bench job-startup --json | tee bench/results/job_startup.json
 	$(BIN)/python -m bench.estimate --json | tee bench/results/estimate.json
 
 # Research (research/README.md; not shipped): the measurements behind docs/pool_at_scale.md,

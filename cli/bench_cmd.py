@@ -125,11 +125,15 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
             "startup",
             "a trial's start-up with and without the sweep's shared tokenised data (bench/startup.py)",
         ),
+        (
+            "job-startup",
+            "a small Ray job's start-up, phase by phase, on a real local head (bench/job_startup.py)",
+        ),
     ):
         # `+` as the only prefix: every `--option` is a plain word here, handed on to the benchmark.
         passthrough = kinds.add_parser(name, help=help_text, add_help=False, prefix_chars="+")
         passthrough.add_argument("args", nargs="*", help="the benchmark's own options")
-        passthrough.set_defaults(handler=run_passthrough, bench_module=f"bench.{name}")
+        passthrough.set_defaults(handler=run_passthrough, bench_module=f"bench.{name.replace('-', '_')}")
 
 
 def run_step(args: argparse.Namespace) -> int:

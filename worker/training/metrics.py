@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from scipy.stats import rankdata
 
 from worker.contract.tasks import TaskSpec
 
@@ -65,6 +64,8 @@ def pearson(predictions: np.ndarray, labels: np.ndarray) -> float:
 
 def spearman(predictions: np.ndarray, labels: np.ndarray) -> float:
     """Spearman correlation: Pearson of the ranks, ties given their average rank; 0.0 if constant."""
+    from scipy.stats import rankdata  # here: scipy.stats costs ~1 s to import, and only STS-B needs it
+
     return pearson(rankdata(predictions), rankdata(labels))
 
 

@@ -23,7 +23,6 @@ from mlflow import MlflowClient
 from worker.contract.spec import JobSpec
 from worker.contract.tags import REGISTRY_ERROR
 from worker.contract.tasks import get_task
-from worker.tune.multitask_trial import register_task_bests
 from worker.tune.registration import register_best, registry_tags
 from worker.tune.summary import TrialOutcome
 from worker.tune.tracking import clear_tags, retrying, set_tags
@@ -59,6 +58,9 @@ def register_job_models(
     """Registers the job's models as the module says and records them in `summary` and on the parent run."""
     spec_hash = spec.spec_hash()
     if spec.multitask is not None:
+        # Here, not at the top: multitask_trial imports the training stack, which a driver never loads.
+        from worker.tune.multitask_trial import register_task_bests
+
         register_task_bests(client, team, job_id, spec_hash, experiment_id, summary.get("tasks", {}))
         registered: dict[str, Any] = {"name": None, "alias": None, "version": None, "error": MULTITASK}
     else:

@@ -45,6 +45,7 @@ from worker.tune.progress import LiveTable
 from worker.tune.settings import Settings
 from worker.tune.shared_data import share_data
 from worker.tune.stall_guard import StallGuard
+from worker.tune.startup_clock import process_age_s
 from worker.tune.summary import build_summary, summary_metrics
 from worker.tune.telemetry import system_metrics_interval
 from worker.tune.tracking import (
@@ -138,8 +139,11 @@ def run_sweep(
     attempt: int = 1,
     settings: Settings | None = None,
     table: TextIO | None = None,
+    startup: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Runs (or resumes) the sweep on the connected Ray cluster and returns its summary."""
+    """Runs (or resumes) the sweep on the connected Ray cluster and returns its summary. `startup`: the
+    driver process's start-up so far (seconds), logged on the parent run with `driver_ready_seconds`, its
+    age once the parent run is open."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's own console output off (verbose=0)
     # One small checkpoint per epoch is the design here, not a bottleneck to warn about.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -162,6 +166,10 @@ def run_sweep(
     parent_id = open_parent(
         client, target, attempt, spec.spec_hash(), spec.canonical_json(), sweep_params(spec, trials)
     )
+    if startup is not None:  # the driver's process of a Ray job (main), not a sweep run in-process
+        ready = process_age_s()
+        log_metrics(client, parent_id, dict(startup) | ({"driver_ready_seconds": ready} if ready else {}),
+                    step=attempt)  # fmt: skip
     stale = close_stale_children(client, target, resuming)
     logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
                 f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
@@ -246,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
+    imported = process_age_s()  # this module and its imports loaded: the driver's import cost
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
@@ -264,7 +273,9 @@ def main(argv: Sequence[str] | None = None, table: TextIO | None = None) -> int:
     owned = False
     try:
         owned = connect_ray()
-        summary = run_sweep(spec, job_id=job_id, attempt=args.attempt, settings=settings, table=table)
+        startup = {"driver_import_seconds": imported} if imported is not None and argv is None else None
+        summary = run_sweep(spec, job_id=job_id, attempt=args.attempt, settings=settings, table=table,
+                            startup=startup)  # fmt: skip
     except SpecMismatchError as err:
         print(f"invalid job: {err}", file=sys.stderr)
         return 2

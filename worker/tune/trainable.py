@@ -64,6 +64,7 @@ from worker.tune.epoch_report import (
 )
 from worker.tune.multitask_trial import run_multitask_trial
 from worker.tune.run_tags import provenance_tags, start_tags
+from worker.tune.startup_clock import process_age_s
 from worker.tune.telemetry import DEFAULT_INTERVAL, log_training_data, system_metrics
 from worker.tune.tracking import (
     TrackingTarget,
@@ -78,6 +79,7 @@ from worker.tune.tuning import resolve_trial, trial_dir_name
 
 _ERROR_TAGS = (ERROR_CLASS, ERROR_MESSAGE, ERROR_ATTEMPT)
 OOM_PEAK_METRIC = "gpu_memory_oom_peak_mb"  # PEAK_METRIC's value when an allocation failed (a lower bound)
+_first_trial = True  # this process has run no trial yet (Tune reuses a trial's process for the next)
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,11 @@ def train_trial(
     """Tune's function trainable (bind `context` and `shared_data` with `tune.with_parameters`).
 
     `shared_data` maps a `data_key` to the object-store reference of its PreparedData (worker.tune.
-    shared_data): a trial whose key is there fetches its data instead of reading and tokenising it."""
+    shared_data): a trial whose key is there fetches its data instead of reading and tokenising it.
+    The first trial of a process logs `worker_start_seconds` at step 0 (worker.tune.startup_clock)."""
+    global _first_trial
+    age, first = process_age_s(), _first_trial
+    _first_trial = False
     os.environ.update(dict(context.environment))  # before anything is read: confined like the driver
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no "Checkpoint created" line per epoch
     tune_context = tune.get_context()
@@ -216,6 +222,8 @@ def train_trial(
     resources = tune_context.get_trial_resources().required_resources
     started = start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
     set_tags(client, run.info.run_id, started)
+    if first and age is not None:  # Ray's start of the process, the trainable's imports
+        log_metrics(client, run.info.run_id, {"worker_start_seconds": age}, step=0)
     with kept_output(client, run.info.run_id, int(started[STARTS])):
         # The first line of the trial's own log (and, prefixed by Ray with the actor's pid, of the driver's).
         # stderr, as the driver's table: the driver's stdout carries only its summary.

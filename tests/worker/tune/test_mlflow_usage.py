@@ -172,6 +172,19 @@ def test_trial_runs_carry_system_metrics(swept: dict[str, Any], job_runs: Any, m
 
 
 @pytest.mark.glue
+def test_trial_runs_carry_their_start_up(swept: dict[str, Any], job_runs: Any) -> None:
+    """The first trial of a process logs its process's age when Tune first called it (Ray's start of the
+    process and the trainable's imports: worker.tune.startup_clock) at step 0, beside `setup_seconds`."""
+    children = _children(job_runs)
+    assert all(run.data.metrics["setup_seconds"] > 0 for run in children)
+    # Two trials at once on the session's cluster: each starts its own process, or one reuses the other's.
+    ages = [
+        r.data.metrics["worker_start_seconds"] for r in children if "worker_start_seconds" in r.data.metrics
+    ]
+    assert ages and all(0 < age < 600 for age in ages)
+
+
+@pytest.mark.glue
 def test_the_digest_follows_the_selection_of_examples(glue_dir: Path) -> None:
     task = get_task("rte")
 

@@ -110,6 +110,9 @@ def test_next_attempt_resumes_a_killed_driver_over_ray_address(
 
     parent, children = job_runs("entry-1")
     assert parent.info.status == "FINISHED" and parent.data.tags["smartune.attempt"] == "2"
+    # The driver's process logs its start-up (imports, then ready: Ray and MLflow connected) per attempt.
+    imported, ready = (parent.data.metrics[k] for k in ("driver_import_seconds", "driver_ready_seconds"))
+    assert 0 < imported <= ready < 600
     assert summary["parent_run_id"] == parent.info.run_id
     assert len(children) == 2 and all(r.data.tags["smartune.state"] == "TERMINATED" for r in children)
     resumed = [r for r in children if r.data.tags["smartune.starts"] == "2"]
