@@ -107,6 +107,13 @@ def receiver() -> tuple[int, list[dict[str, Any]]]:
     return server.server_address[1], received
 
 
+def with_ui(env_path: Path) -> list[str]:
+    """`docker compose` for the stack with the `ui` profile's MLflow UI too."""
+    compose = [compose_binary(), "--project-name", PROJECT, "--project-directory", str(REPO), "--env-file",
+               str(env_path), "--profile", "cpu", "--profile", "ui"]  # fmt: skip
+    return compose + [part for path in COMPOSE_FILES for part in ("--file", str(path))]
+
+
 def job_id(printed: str) -> str:
     found = re.search(r"job-[0-9a-f]+", printed)
     if found is None:
@@ -141,9 +148,7 @@ def walk(t: Transcript, env_path: Path) -> None:
     ui_port = free_port()
     with env_path.open("a") as env:
         env.write(f"MLFLOW_UI_PORT={ui_port}\n")
-    compose = [compose_binary(), "--project-name", PROJECT, "--project-directory", str(REPO), "--env-file",
-               str(env_path), "--profile", "cpu", "--profile", "ui"]  # fmt: skip
-    compose += [part for path in COMPOSE_FILES for part in ("--file", str(path))]
+    compose = with_ui(env_path)
     started = time.monotonic()
     subprocess.run([*compose, "up", "--detach", "--wait", "--no-build", "--pull", "never", "mlflow-ui"], check=True,
                    capture_output=True)  # fmt: skip
@@ -190,7 +195,8 @@ def main(out: Path) -> None:
         walk(transcript, env_path)
     finally:
         transcript.say(stack.logs("api", tail=30))
-        stack.down()
+        subprocess.run([*with_ui(env_path), "down", "--volumes", "--remove-orphans", "--timeout", "20"],
+                       capture_output=True, check=False)  # fmt: skip
 
 
 if __name__ == "__main__":
