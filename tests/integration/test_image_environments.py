@@ -135,6 +135,7 @@ def _api_env(urls: dict[str, str], data_dir: Path, port: int, store: ObjectStore
         "SMARTUNE_DATA_ROOTS": str(data_dir.parent / "data-roots"),
         "SMARTUNE_DATASET_STORE": f"s3://{store.bucket}/datasets",
         "SMARTUNE_HUB_ALLOW": "",
+        "SMARTUNE_WEBHOOK_ALLOW_CIDRS": "",
         "SMARTUNE_METRICS_TOKEN": METRICS_TOKEN,
         "SMARTUNE_DASHBOARD_SECRET": "image-dashboard-secret-0123456789abcdef",
         "SMARTUNE_LOG_FORMAT": "json",

@@ -39,7 +39,14 @@ def newcomer(tmp_path: Path, glue_dir: Path) -> dict[str, str]:
         pytest.skip("the walkthrough needs `make` and the checkout's .venv (make install)")
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in base_env().items() if not k.startswith(("SMARTUNE_", "RAY_"))}
+    # Not make's own variables either: under `make test-all` (MAKELEVEL, MAKEFLAGS) the README's `make run`
+    # would be a sub-make, printing "Entering directory" lines a newcomer's shell never shows.
+    env = {
+        k: v
+        for k, v in base_env().items()
+        if not k.startswith(("SMARTUNE_", "RAY_"))
+        and k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+    }
     env |= {
         "HOME": str(home),
         "SMARTUNE_PORT": str(free_port()),

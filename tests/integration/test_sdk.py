@@ -59,7 +59,7 @@ def test_submit_wait_and_the_trials_frame(server: Server, tmp_path: Path) -> Non
     trials = job["trials"]
     params = {name for t in trials for name in t["params"]}
     metrics = {name for t in trials for name in t["metrics"]}
-    assert params == {"learning_rate"} and "score" in metrics
+    assert params == {"learning_rate", "seed"} and "score" in metrics  # its cell, and its seed
     assert len(trials) == 2 and frame.shape == (len(trials), len(params) + len(TRIAL_COLUMNS) + len(metrics))
     assert sorted(frame["learning_rate"]) == [1e-4, 5e-4]
     assert set(frame["state"]) == {"TERMINATED"} and frame["best_score"].notna().all()
