@@ -78,8 +78,8 @@ def test_curves_from_a_real_store(tmp_path: Path, store: str, monkeypatch: pytes
     assert curves["t2"]["score"] == [(1, pytest.approx(0.51)), (3, pytest.approx(0.53))]
 
 
-def test_a_best_checkpoint_and_a_registered_version_download_from_a_real_store(tmp_path: Path) -> None:
-    """`MlflowTracker.download_checkpoint` / `download_model` (the job page's downloads) against SQLite."""
+def _sqlite_job(tmp_path: Path) -> tuple[MlflowTracker, Any, str, str]:
+    """A tracker on a SQLite store with job-1's parent run: (tracker, its client, experiment id, parent run id)."""
     tracker = MlflowTracker(
         f"sqlite:///{tmp_path / 'mlflow.db'}", "smartune-nlp", str(tmp_path / "artifacts")
     )
@@ -87,6 +87,12 @@ def test_a_best_checkpoint_and_a_registered_version_download_from_a_real_store(t
     experiment_id = tracker.ensure_experiment()
     assert experiment_id is not None
     parent = client.create_run(experiment_id, tags={JOB: "job-1", ATTEMPT: "1"}).info.run_id
+    return tracker, client, experiment_id, parent
+
+
+def test_a_best_checkpoint_and_a_registered_version_download_from_a_real_store(tmp_path: Path) -> None:
+    """`MlflowTracker.download_checkpoint` / `download_model` (the job page's downloads) against SQLite."""
+    tracker, client, experiment_id, parent = _sqlite_job(tmp_path)
     run_id = _child(client, experiment_id, parent, "job-1", "t1", 1, "TERMINATED")
     _child(client, experiment_id, parent, "job-1", "t2", 1, "TERMINATED")  # a trial that logged no checkpoint
     folder = tmp_path / "best"
@@ -115,13 +121,7 @@ def test_a_trials_params_are_its_cell_and_its_seed(tmp_path: Path) -> None:
     """The cell tag leaves the seed out; the run's params (the resolved config, as text) hold it: the
     trial's params carry both, so two seeds of one cell are told apart on the compare page and in the
     parallel coordinates."""
-    tracker = MlflowTracker(
-        f"sqlite:///{tmp_path / 'mlflow.db'}", "smartune-nlp", str(tmp_path / "artifacts")
-    )
-    client = tracker.client
-    experiment_id = tracker.ensure_experiment()
-    assert experiment_id is not None
-    parent = client.create_run(experiment_id, tags={JOB: "job-1", ATTEMPT: "1"}).info.run_id
+    tracker, client, experiment_id, parent = _sqlite_job(tmp_path)
     for trial, seed in (("t1", 1), ("t2", 2)):
         run_id = _child(client, experiment_id, parent, "job-1", trial, 1, "TERMINATED")
         client.set_tag(run_id, CELL, '{"learning_rate": 2e-05}')
