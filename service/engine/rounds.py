@@ -121,11 +121,16 @@ class Engine:
             if not self.reconciled:
                 self._ensure_experiment()
             capacity = self.capacity
+            losses = self.watcher.losses
             ended = self.watcher.poll_active()
+            if self.watcher.losses != losses:
+                capacity = self._capacity_after_loss()
             self.watcher.finish_cancelled()
             self.reconciled = True
             stale = time.monotonic() - self._scheduled_at > RESCHEDULE_S
-            if self._dirty or ended or capacity != self._scheduled_for or stale:
+            if capacity is None:
+                self._dirty = True  # scheduled on a later round, by a capacity Ray has answered since
+            elif self._dirty or ended or capacity != self._scheduled_for or stale:
                 self._dirty = False  # cleared first: a submission during the round asks for another
                 self.dispatcher.schedule(capacity)
                 self._scheduled_at, self._scheduled_for = time.monotonic(), capacity
@@ -169,6 +174,13 @@ class Engine:
                     logger.warning("%s", self.capacity_error)
                 self._capacity_at = time.monotonic()
         return self.capacity
+
+    def _capacity_after_loss(self) -> Resources | None:
+        """The pool read again after a job was lost, or None while Ray cannot say. A lost job means a head
+        restarted: its worker nodes rejoin seconds to minutes later, and a retry dispatched by the pool as
+        it was before the loss would start a driver that finds no node to run its trials on."""
+        self.refresh_capacity(force=True)
+        return None if self.capacity_error is not None else self.capacity
 
     def _record_peak(self, capacity: Resources) -> None:
         """Keep the most the pool has offered (service.engine.pool_peak: `admin create-team` warns by it)."""

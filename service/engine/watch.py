@@ -54,6 +54,7 @@ class Watcher:
     ) -> None:
         self.db, self.ray, self.tracker, self.settings = db, ray, tracker, settings
         self.resubmit = resubmit
+        self.losses = 0  # attempts found LOST since start: the engine reads the pool again after one
 
     def _update(
         self, job_id: str, check: Callable[[Job], bool], change: Callable[[Session, Job], None]
@@ -122,6 +123,7 @@ class Watcher:
     def _lost(self, session: Session, job: Job) -> None:
         attempt = crud.current_attempt(session=session, job=job)
         attempt.state, attempt.ended_at = AttemptState.LOST, utcnow()
+        self.losses += 1
         reason = f"Ray no longer knows {attempt.submission_id} (its head restarted?)"
         crud.set_state(session=session, job=job, state=JobState.LOST, reason=reason)
         # Only losses count: an attempt ended by a planned stop (service.engine.planned_stop) is STOPPED.

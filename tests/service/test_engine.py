@@ -48,6 +48,29 @@ def test_a_lost_job_is_requeued_as_its_next_attempt(
     assert fake_ray.jobs[f"{job_id}-a2"].entrypoint.endswith("--attempt 2")
 
 
+def test_a_lost_job_waits_for_the_nodes_that_rejoin_after_its_heads_restart(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay
+) -> None:
+    """The pool is read again after a loss: the capacity cached from before the head's restart would
+    dispatch the retry to a head whose worker nodes have not rejoined, and its driver would find none."""
+    engine.settings = engine.settings.model_copy(update={"capacity_ttl_s": 3600})  # read once, then kept
+    job_id = submit(client, team_key)["id"]
+    engine.tick()
+    fake_ray.set(f"{job_id}-a1", "RUNNING")
+    engine.tick()
+    fake_ray.restart()
+    fake_ray.cpus, fake_ray.gpus = 0.0, 0.0  # the head alone (it runs no trials): its workers still restart
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "QUEUED" and job["attempt"] == 1, job
+    assert "pool too small" in job["wait_reason"], job["wait_reason"]
+    fake_ray.cpus, fake_ray.gpus = 8.0, 2.0  # the workers are back
+    engine.refresh_capacity(force=True)
+    engine.tick()
+    job = read(client, team_key, job_id)
+    assert job["state"] == "DISPATCHED" and job["submission_id"] == f"{job_id}-a2"
+
+
 def test_a_job_lost_too_often_fails(
     client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, settings: Settings
 ) -> None:

@@ -44,10 +44,12 @@ class TrialStateCallback(Callback):
 
     def _final(self, trial: Trial, status: str) -> None:
         done = int(trial.last_result.get("epoch", 0) or 0)
-        state = trial_state(status, done, self.resolver(trial.trial_id, trial.config).planned_epochs)
+        resolved = self.resolver(trial.trial_id, trial.config)
+        state = trial_state(status, done, resolved.planned_epochs)
         error, text = trial_error(trial) if state == "ERROR" else (None, "")
+        client = self.target.client()
         record_final_state(
-            self.target.client(), self.target, self.parent_run_id, trial.trial_id, state, error, text
+            client, self.target, self.parent_run_id, trial.trial_id, state, error, text, trial=resolved
         )
 
     def _retrying(self, trial: Trial) -> None:

@@ -17,11 +17,18 @@ from ray.tune import ResultGrid
 from ray.tune.experiment import Trial
 
 from worker.contract.errors import classify, reason
+from worker.contract.grid import ResolvedTrial, cell_key
 from worker.contract.spec import JobSpec
-from worker.contract.tags import BEST_CHECKPOINT_URI, ERROR_CLASS, ERROR_MESSAGE, STATE, State
+from worker.contract.tags import BEST_CHECKPOINT_URI, CELL, ERROR_CLASS, ERROR_MESSAGE, STATE, State
 from worker.contract.tasks import get_task
 from worker.tune.summary import TrialOutcome
-from worker.tune.tracking import TrackingTarget, finish_trial_run, open_trial_run, trial_run
+from worker.tune.tracking import (
+    TrackingTarget,
+    finish_trial_run,
+    flat_params,
+    open_trial_run,
+    trial_run,
+)
 from worker.tune.tuning import TrialResolver, trial_state
 
 
@@ -41,15 +48,24 @@ def record_final_state(
     state: State,
     error: BaseException | None = None,
     error_text: str = "",
+    trial: ResolvedTrial | None = None,
 ) -> Run | None:
     """Ends the trial's run with `state` unless it already says so; returns the run as it was."""
     run = trial_run(client, target, trial_id)
     if run is None:
         if state != "ERROR":
             return None
-        # Failed before the trainable could open its run: a bare run, so the failure is on record.
-        run = open_trial_run(client, target, trial_id=trial_id, parent_run_id=parent_run_id,
-                             run_name=trial_id, tags={}, params={})  # fmt: skip
+        # Failed before the trainable could open its run: a run made here, so the failure is on record
+        # with the trial's params and cell as its own run would have them (worker.tune.trainable.open_run).
+        run = open_trial_run(
+            client,
+            target,
+            trial_id=trial_id,
+            parent_run_id=parent_run_id,
+            run_name=f"{trial_id} {trial.label} seed={trial.seed}"[:250] if trial else trial_id,
+            tags={CELL: cell_key(trial.cell)} if trial else {},
+            params=flat_params(trial.config) if trial else {},
+        )
     if run.info.status != "RUNNING" and run.data.tags.get(STATE) == state:
         return run
     error_class = message = None
@@ -110,7 +126,7 @@ def collect_outcomes(
         trial = resolver(trial_id, config)
         state = trial_state(status, done, trial.planned_epochs)
         run = (
-            record_final_state(client, target, parent_run_id, trial_id, state, result.error)
+            record_final_state(client, target, parent_run_id, trial_id, state, result.error, trial=trial)
             if state != "PENDING"
             else trial_run(client, target, trial_id)
         )
