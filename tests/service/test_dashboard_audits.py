@@ -58,6 +58,7 @@ def test_the_job_page_audits_the_best_trial_and_shows_the_report(
     row = client.get("/ui/jobs").text.split(f'data-job="{audit_id}"')[1].split("</tr>")[0]
     assert 'data-kind="audit"' in row and '<span class="verdict verdict-FAIL">FAIL</span>' in row
     assert "0 / 1" not in row and '<td data-field="trials">audit</td>' in row
+    assert "0 / 0" not in row and '<span data-field="epochs-text">–</span>' in row  # no epochs of its own
     live = {j["id"]: j for j in client.get("/ui/data/jobs").json()["jobs"]}
     assert live[audit_id]["verdict"] == "FAIL" and live[audit_id]["kind"] == "audit"
     assert live[job_id]["verdict"] is None and live[job_id]["kind"] == "sweep"

@@ -34,7 +34,8 @@
         const bar = row.querySelector('[data-field="epochs"]');
         bar.max = p.epochs_planned || 1;
         bar.value = p.epochs_done;
-        row.querySelector('[data-field="epochs-text"]').textContent = p.epochs_done + " / " + p.epochs_planned;
+        bar.hidden = audit;  // an audit re-runs recorded trials: its rows count no epochs of its own
+        row.querySelector('[data-field="epochs-text"]').textContent = audit ? "–" : p.epochs_done + " / " + p.epochs_planned;
         row.querySelector('[data-field="started"]').textContent = when(job.started_at);
         row.querySelector('[data-field="finished"]').textContent = when(job.finished_at);
         const best = row.querySelector('[data-field="best"]');
