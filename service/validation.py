@@ -24,8 +24,9 @@ def invalid(field: str, detail: str) -> ApiError:
 
 
 def count_trials(spec: JobSpec) -> int:
-    """Trials the sweep runs: deduplicated grid cells (seeds included) times the samples per cell."""
-    return len(spec.trials()) * spec.search.num_samples
+    """Trials the sweep runs: deduplicated grid cells (seeds included), times a custom function's own grid
+    combinations, times the samples per cell."""
+    return spec.trial_count()
 
 
 def _hub_allowed(hub_id: str, settings: Settings) -> bool:

@@ -77,6 +77,11 @@ def _group(
     if spec.resources.gpus > 0:
         found = gpu_memory.trial_estimate(spec, trial, gpu_kind=settings.gpu_kind, table=table)
         out["memory"] = found.describe()
+    if spec.function is not None:  # the user's function: its declared time, or unknown (admitted, counted)
+        minutes = spec.function.max_minutes
+        out["seconds_per_trial"] = minutes * 60 if minutes is not None else None
+        out["unknown"] = None if minutes is not None else FUNCTION_UNKNOWN
+        return out
     if match is None:
         out["unknown"] = (f"no calibration entry for model {trial['model']!r} on {device!r} (nor vanilla's, "
                           "for a method cost ratio)")  # fmt: skip
@@ -102,6 +107,9 @@ def _group(
     out["seconds_per_epoch"] = epoch
     out["seconds_per_trial"] = overhead + trial["epochs"] * epoch
     return out
+
+
+FUNCTION_UNKNOWN = "a custom function's duration is not estimated: set function.max_minutes"
 
 
 def _wall_s(durations: list[float], slots: int) -> float:
@@ -180,7 +188,8 @@ def plan(
     the row counts of the uploaded dataset the spec's `data` names, if it names one."""
     table = memory_table or gpu_memory.default_table()
     cells = spec.trials()
-    samples = spec.search.num_samples
+    # Each trial config runs once per combination of a custom function's own grid axes ([{}]: none).
+    samples = spec.search.num_samples * len(spec.function_grid())
     n_trials = len(cells) * samples
     alike: dict[str, list[Any]] = {}  # the first trial of each kind, and how many there are
     for trial in cells:
@@ -204,7 +213,7 @@ def plan(
         "trials": n_trials,
         "cells": len(cells),
         "plan_digest": spec.plan_digest(),  # the driver checks that it expands the same trials (dispatch)
-        "samples_per_cell": samples,
+        "samples_per_cell": spec.search.num_samples,
         "seeds": len(set(spec.seeds)),  # `cells` holds each seed apart: cells / seeds configurations
         "device": device,
         "unit": unit,

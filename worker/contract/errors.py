@@ -1,5 +1,5 @@
-"""Why a trial failed, as one of seven classes: `numerics`, `oom`, `data`, `storage`, `infra`, `stalled`,
-`other`.
+"""Why a trial failed, as one of eight classes: `numerics`, `oom`, `data`, `storage`, `infra`, `stalled`,
+`user`, `other`.
 
 - `numerics`: the training diverged (too many steps in a row with a non-finite loss or gradient; each of
   them was skipped, so no NaN reached the weights).
@@ -18,6 +18,9 @@
 - `infra`: the trial's process, actor or node died (a SIGKILL, a lost node).
 - `stalled`: the trial's process reported nothing for its stall limit and the driver killed it
   (worker.tune.stall_guard sets the class on the run before the kill; nothing here infers it).
+- `user`: a custom function (worker.contract.function) raised, or could not be imported: the trial's
+  `UserFunctionError` wraps what it raised (`UserFunctionError: <type>: <message>`), unless that was the
+  memory running out (`oom`: the trial is retried alone, as any other).
 - `other`: anything else; the message says what.
 
 The class goes on the trial's MLflow run (`smartune.error_class`) and decides retries: `numerics` and
@@ -39,9 +42,12 @@ import resource
 from pathlib import Path
 from typing import Literal
 
-ErrorClass = Literal["numerics", "oom", "data", "storage", "infra", "stalled", "other"]
-ERROR_CLASSES: tuple[ErrorClass, ...] = ("numerics", "oom", "data", "storage", "infra", "stalled", "other")
-NON_RETRYABLE: frozenset[str] = frozenset({"numerics", "data"})
+ErrorClass = Literal["numerics", "oom", "data", "storage", "infra", "stalled", "user", "other"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = (
+    "numerics", "oom", "data", "storage", "infra", "stalled", "user", "other"
+)  # fmt: skip
+# A user function's failure repeats like the data's: the same config and code fail again.
+NON_RETRYABLE: frozenset[str] = frozenset({"numerics", "data", "user"})
 
 _NUMERICS_TYPES = {"NumericsError", "FloatingPointError"}
 _OOM_TYPES = {"OutOfMemoryError", "MemoryError"}  # torch.OutOfMemoryError, ray.exceptions.OutOfMemoryError
@@ -88,6 +94,13 @@ class RepeatedFailure(RuntimeError):
 
     def __reduce__(self) -> tuple[type[RepeatedFailure], tuple[ErrorClass, str]]:
         return RepeatedFailure, (self.error_class, self.previous)  # picklable across Ray processes
+
+
+class UserFunctionError(RuntimeError):
+    """A custom function raised (or could not be imported); the message names what it raised."""
+
+    def __reduce__(self) -> tuple[type[UserFunctionError], tuple[str]]:
+        return UserFunctionError, (str(self),)  # picklable across Ray processes, without the user's cause
 
 
 class StorageError(OSError):
@@ -205,6 +218,9 @@ def classify(error: BaseException | None, text: str = "") -> ErrorClass:
         codes.add(error_code(item))
         messages.append(str(item).lower())
     joined = " ".join(messages)
+    user = "UserFunctionError" in names or "userfunctionerror" in joined
+    if user and not (names & _OOM_TYPES or errno.ENOMEM in codes or any(t in joined for t in _OOM_TEXT)):
+        return "user"
     if names & _NUMERICS_TYPES or "numericserror" in joined:
         return "numerics"
     if names & _OOM_TYPES or errno.ENOMEM in codes or any(t in joined for t in _OOM_TEXT):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from worker.contract.grid import SWEEPABLE
+from worker.contract.grid import METHOD_FIELDS, SWEEPABLE, TRAIN_FIELDS
 from worker.contract.presets import SEARCH_PRESETS, get_preset
 
 
@@ -61,10 +61,20 @@ class SearchSpace(StrictModel):
     @field_validator("axes")
     @classmethod
     def _known_fields(cls, axes: dict[str, Axis]) -> dict[str, Axis]:
-        unknown = sorted(set(axes) - SWEEPABLE)
-        if unknown:
-            raise ValueError(f"cannot sweep {', '.join(unknown)}; sweepable: {', '.join(sorted(SWEEPABLE))}")
+        """A trial field that no axis sweeps is refused here; a name of no trial field is a custom
+        function's own key (worker.contract.function), which only a function job may sweep (JobSpec)."""
+        fixed = sorted((set(axes) & (TRAIN_FIELDS | METHOD_FIELDS)) - SWEEPABLE)
+        odd = sorted(name for name in axes if not name.isidentifier() or name.startswith("_"))
+        if fixed or odd:
+            raise ValueError(cannot_sweep(fixed or odd))
         return axes
+
+
+def cannot_sweep(names: list[str]) -> str:
+    return (
+        f"cannot sweep {', '.join(names)}; sweepable: {', '.join(sorted(SWEEPABLE))} (a custom-function job, "
+        "with `function`, may also sweep keys of its own: identifiers that name no trial field)"
+    )
 
 
 class Asha(StrictModel):

@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    ValidationError,
     ValidationInfo,
     create_model,
     field_validator,
@@ -25,7 +26,8 @@ from pydantic import (
 )
 
 from smart_core.config import METHOD_PRESETS, method_config
-from worker.contract.grid import METHOD_FIELDS, expand_grid, plan_digest, with_values
+from worker.contract.function import FunctionSpec, free_axis_names, free_grid, free_sampled
+from worker.contract.grid import METHOD_FIELDS, TRAIN_FIELDS, expand_grid, plan_digest, with_values
 from worker.contract.hints import did_you_mean
 from worker.contract.lora import LoraSpec
 from worker.contract.method_schema import with_method_params
@@ -33,7 +35,7 @@ from worker.contract.multitask import Multitask, MultitaskPlan
 from worker.contract.names import DISPLAY_NAME, no_hidden_character
 from worker.contract.presets import get_preset
 from worker.contract.resources import Limits, Resources
-from worker.contract.search import Axis, Search, SearchSpace, StrictModel
+from worker.contract.search import Axis, Search, SearchSpace, StrictModel, cannot_sweep
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import TASKS
 from worker.contract.trial import KNOBS, TYPES, TrainConfig
@@ -150,6 +152,12 @@ class JobSpec(StrictModel):
         # Absent when unset, as before the field existed: older specs keep their hash.
         exclude_if=lambda value: value is None,
     )
+    function: FunctionSpec | None = Field(
+        None,
+        description="run this function in each trial instead of the built-in training loop "
+        "(docs/custom_functions.md); its search axes may name keys of its own",
+        exclude_if=lambda value: value is None,  # absent when unset: older specs keep their hash
+    )
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     seeds: list[Annotated[int, Field(ge=0, le=2**32 - 1)]] = Field(  # numpy's and torch's seed range
         default_factory=lambda: [1], min_length=1, max_length=100
@@ -213,9 +221,20 @@ class JobSpec(StrictModel):
             method_config(method, **value)  # each message names the parameter; contradictions refused
         return value
 
+    @field_validator("search_space")
+    @classmethod
+    def _own_keys_for_functions(cls, value: SearchSpace, info: ValidationInfo) -> SearchSpace:
+        """Axes that name no trial field are a custom function's keys: only a function job has them."""
+        free = free_axis_names(value.axes, TRAIN_FIELDS | METHOD_FIELDS)
+        if free and info.data.get("function") is None:  # located at `search_space.axes`, as SearchSpace's own
+            error = {"type": "value_error", "loc": ("axes",), "input": sorted(value.axes),
+                     "ctx": {"error": ValueError(cannot_sweep(free))}}  # fmt: skip
+            raise ValidationError.from_exception_data("SearchSpace", [error])  # type: ignore[list-item]
+        return value
+
     @model_validator(mode="after")
     def _grid_is_valid(self, info: ValidationInfo) -> JobSpec:
-        cells = math.prod(len(v) for v in self.grid_axes().values())
+        cells = math.prod(len(v) for v in self.grid_axes().values()) * len(self.function_grid())
         if cells > MAX_CELLS:
             raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
         self._check_workers()
@@ -228,7 +247,20 @@ class JobSpec(StrictModel):
         if self.search.algorithm == "optuna":
             self._check_optuna()
         self._check_multitask()
+        self._check_function()
         return self
+
+    def _check_function(self) -> None:
+        """A function trial has no model, method or LoRA of the loop's to use; Optuna takes one
+        configuration's trial fields only, and a joint multitask run is the loop's own."""
+        if self.function is None:
+            return
+        if self.search.algorithm == "optuna":
+            raise ValueError("function: search.algorithm optuna is not supported yet; use grid or random")
+        if self.multitask is not None:
+            raise ValueError("function: a custom-function job cannot be a multitask job")
+        if self.peft is not None:
+            raise ValueError("function: peft configures the built-in loop's model; a function trains its own")
 
     def _check_multitask(self) -> None:
         """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, its
@@ -326,7 +358,7 @@ class JobSpec(StrictModel):
         axes: dict[str, list[Any]] = {}
         if self.search_space.preset:
             axes |= {k: list(v) for k, v in get_preset(self.search_space.preset).axes.items()}
-        for name, axis in self.search_space.axes.items():
+        for name, axis in self._field_axes().items():
             if axis.type == "grid" or (axis.type == "choice" and self.search.algorithm == "grid"):
                 axes[name] = list(axis.values or [])
             else:
@@ -337,8 +369,29 @@ class JobSpec(StrictModel):
         return axes
 
     def sampled_axes(self) -> dict[str, Axis]:
-        """Axes Ray Tune samples (random search): choice, uniform, loguniform."""
-        return {k: a for k, a in self.search_space.axes.items() if k not in self.grid_axes()}
+        """Axes of trial fields Ray Tune samples (random search): choice, uniform, loguniform."""
+        return {k: a for k, a in self._field_axes().items() if k not in self.grid_axes()}
+
+    def _field_axes(self) -> dict[str, Axis]:
+        """The axes that set trial fields (not a custom function's own keys)."""
+        return {k: a for k, a in self.search_space.axes.items() if k in TRAIN_FIELDS | METHOD_FIELDS}
+
+    def function_axes(self) -> dict[str, Axis]:
+        """A custom function's own axes: the names of no trial field (empty for other jobs)."""
+        free = free_axis_names(self.search_space.axes, TRAIN_FIELDS | METHOD_FIELDS)
+        return {name: self.search_space.axes[name] for name in free}
+
+    def function_grid(self) -> list[dict[str, Any]]:
+        """The combinations of the function's own grid axes, crossed with `trials()` by Tune ([{}]: none)."""
+        return free_grid(self.function_axes(), self.search.algorithm)
+
+    def function_sampled(self) -> dict[str, Axis]:
+        """The function's own axes that Tune samples."""
+        return free_sampled(self.function_axes(), self.search.algorithm)
+
+    def trial_count(self) -> int:
+        """Trials the sweep runs: deduplicated cells (seeds included) x the function's own grid x samples."""
+        return len(self._plan) * len(self.function_grid()) * self.search.num_samples
 
     def trials(self) -> list[dict[str, Any]]:
         """The deduplicated trials of the grid, each the values of a TrainConfig (sampled axes are filled

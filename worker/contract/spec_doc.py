@@ -17,7 +17,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # The blocks documented in their own section, in this order: (dotted path, JobSpec schema definition).
 _BLOCKS = (("training", "Training"), ("search_space", "SearchSpace"), ("search_space.axes.<field>", "Axis"),
            ("search", "Search"), ("search.asha", "Asha"), ("resources", "Resources"), ("limits", "Limits"),
-           ("multitask", "Multitask"), ("peft", "LoraSpec"))  # fmt: skip
+           ("multitask", "Multitask"), ("peft", "LoraSpec"), ("function", "FunctionSpec"))  # fmt: skip
 
 
 @cache

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import torch
 from mlflow import MlflowClient
 
+from worker.contract.errors import UserFunctionError
 from worker.contract.tags import JOB, KIND, PARENT, PROVENANCE_PREFIX
 from worker.contract.tasks import get_task
 from worker.contract.trial import TrainConfig, recorded_values
@@ -76,7 +77,12 @@ def recorded_trial(client: MlflowClient, run_id: str) -> RecordedTrial:
             f"run {run_id} records no config (smartune.prov.config): not a trial run, or recorded before audits"
         )
     config = TrainConfig.from_dict(recorded_values(json.loads(provenance["config"])))  # as it ran
-    keys = [k for k in run.data.metrics if k.startswith(("score", "best_score", "train_", "eval_"))]
+    reported = set(json.loads(provenance.get("function_metrics", "[]")))  # a custom function's own names
+    keys = [
+        k
+        for k in run.data.metrics
+        if k.startswith(("score", "best_score", "train_", "eval_")) or k in reported
+    ]
     history: dict[int, dict[str, float]] = {}
     for key in keys:
         if key in WALL_CLOCK:
@@ -177,6 +183,8 @@ def audit_trial(trial: RecordedTrial, tolerance: float | None = None) -> dict[st
         "tolerance": tol,
         "exact": tol == 0,
     }
+    if "function" in trial.provenance:  # a custom function's trial: its own re-run (no model, no data files)
+        return _audit_function(trial, config, report, tol)
     problem = (
         _device_problem(trial.provenance)
         or _model_problem(config, trial.provenance)
@@ -209,6 +217,34 @@ def audit_trial(trial: RecordedTrial, tolerance: float | None = None) -> dict[st
             run_training(config, None, RunCallbacks(on_epoch_end=on_epoch_end), session)
         except _Stop:
             pass
+    return report | _verdict(trial, rerun, tol, drift)
+
+
+def _audit_function(
+    trial: RecordedTrial, config: TrainConfig, report: dict[str, Any], tol: float
+) -> dict[str, Any]:
+    """A function trial's audit: the same values into the same function (its module's source unchanged),
+    every metric it reported compared epoch by epoch. Not importable, or failing, is NOT-COMPARABLE."""
+    from worker.tune.function_trial import audit_problem, rerun_function
+
+    problem = _device_problem(trial.provenance) or audit_problem(trial.provenance)
+    if problem is None and not trial.history:
+        problem = "metrics: the trial recorded no finished epoch"
+    if problem is None:
+        try:
+            rerun = rerun_function(trial.provenance, config)
+        except UserFunctionError as err:
+            problem = f"function: the re-run failed: {err}"
+    if problem is not None:
+        return report | {"verdict": "NOT-COMPARABLE", "reason": problem, "metrics": [], "provenance": []}
+    now = environment(torch.device(config.device), config.deterministic) | {"seed": config.seed}
+    return report | _verdict(trial, rerun, tol, provenance_drift(trial.provenance, now))
+
+
+def _verdict(
+    trial: RecordedTrial, rerun: dict[int, dict[str, float]], tol: float, drift: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The comparison's verdict, its one-line reason, its rows and the environment's drift."""
     rows = compare(trial.history, rerun, tol)
     differing = [r for r in rows if not r["match"]]
     verdict: Verdict = "FAIL" if differing else "PASS"
@@ -225,7 +261,7 @@ def audit_trial(trial: RecordedTrial, tolerance: float | None = None) -> dict[st
     changed = [d["field"] for d in drift if not d["same"]]
     if changed:
         reason += f"; the environment differs in {', '.join(changed)}"
-    return report | {"verdict": verdict, "reason": reason, "metrics": rows, "provenance": drift}
+    return {"verdict": verdict, "reason": reason, "metrics": rows, "provenance": drift}
 
 
 def best_trial_run(client: MlflowClient, job_id: str) -> str:

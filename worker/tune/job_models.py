@@ -28,6 +28,7 @@ from worker.tune.summary import TrialOutcome
 from worker.tune.tracking import clear_tags, retrying, set_tags
 
 MULTITASK = "a multitask job registers one model per task: see tasks.<task>.registered_model"
+FUNCTION = "a custom-function job registers no model: its function keeps its own artifacts"
 
 
 def task_bests(outcomes: Iterable[TrialOutcome], default_task: str) -> dict[str, TrialOutcome]:
@@ -57,12 +58,14 @@ def register_job_models(
 ) -> None:
     """Registers the job's models as the module says and records them in `summary` and on the parent run."""
     spec_hash = spec.spec_hash()
-    if spec.multitask is not None:
+    if spec.function is not None:
+        registered: dict[str, Any] = {"name": None, "alias": None, "version": None, "error": FUNCTION}
+    elif spec.multitask is not None:
         # Here, not at the top: multitask_trial imports the training stack, which a driver never loads.
         from worker.tune.multitask_trial import register_task_bests
 
         register_task_bests(client, team, job_id, spec_hash, experiment_id, summary.get("tasks", {}))
-        registered: dict[str, Any] = {"name": None, "alias": None, "version": None, "error": MULTITASK}
+        registered = {"name": None, "alias": None, "version": None, "error": MULTITASK}
     else:
         bests = task_bests(outcomes, spec.tasks[0])
         records = {

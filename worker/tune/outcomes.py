@@ -33,7 +33,10 @@ from worker.tune.tuning import TrialResolver, trial_state
 
 
 def main_metric_of(spec: JobSpec) -> str:
-    """The main metric's name; with several tasks, `task:metric` pairs (each trial's `score` is its own)."""
+    """The main metric's name; with several tasks, `task:metric` pairs (each trial's `score` is its own);
+    a custom function's `function.metric` when it names one."""
+    if spec.function is not None and spec.function.metric:
+        return spec.function.metric
     names = {task: get_task(task).main_metric for task in spec.tasks}
     if len(set(names.values())) == 1:
         return next(iter(names.values()))

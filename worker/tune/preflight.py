@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from worker.contract.errors import UserFunctionError
 from worker.contract.sources import SourceError, classify
 from worker.contract.spec import JobSpec
 from worker.contract.specfile import SpecError
@@ -13,10 +14,18 @@ from worker.contract.trial import TrainConfig
 from worker.training.models import describe_model
 from worker.training.trial_data import data_files
 from worker.tune.tuning import data_trials, trial_configs
+from worker.tune.user_function import load_function
 
 
 def preflight(spec: JobSpec) -> None:
-    """Checks that need the file system or the model registry; raises SpecError naming the field."""
+    """Checks that need the file system or the model registry; raises SpecError naming the field. A
+    custom-function job: its function must import here (the workers share the driver's code and path)."""
+    if spec.function is not None:
+        try:
+            load_function(spec.function.entrypoint)
+        except UserFunctionError as err:
+            raise SpecError(f"invalid job spec:\nfunction.entrypoint: {err}") from None
+        return
     try:
         describe_model(spec.model)
     except ValueError as err:

@@ -36,6 +36,7 @@ from worker.contract.tags import ERROR_MESSAGE
 from worker.training.files import confinement_environment
 from worker.tune.callbacks import TrialStateCallback
 from worker.tune.checkpoints import ensure_restorable
+from worker.tune.function_trial import FunctionRun
 from worker.tune.job_models import register_job_models
 from worker.tune.outcomes import collect_outcomes, main_metric_of
 from worker.tune.placement import autoscaled_node_rows, check_resources, trial_resources
@@ -173,10 +174,12 @@ def run_sweep(
     stale = close_stale_children(client, target, resuming)
     logger.info("sweep %s attempt %d: %d trials, %s", job_id, attempt, len(trials),
                 f"resuming {path} ({len(stale)} interrupted runs)" if resuming else f"new experiment at {path}")  # fmt: skip
+    function = FunctionRun.of(spec.function, main_metric_of(spec)) if spec.function is not None else None
     context = TrialContext(target, parent_id, attempt, axes, path, tuple(confinement_environment().items()),
-                           system_metrics_interval=system_metrics_interval())  # fmt: skip
+                           system_metrics_interval=system_metrics_interval(), function=function)  # fmt: skip
     resolver = TrialResolver(axes)
-    shared = share_data(data_trials(spec, trials))  # read and tokenised once here, not once per trial
+    # Read and tokenised once here, not once per trial (a custom function reads its own data).
+    shared = share_data(data_trials(spec, trials)) if function is None else {}
     trainable = tune.with_resources(
         tune.with_parameters(train_trial, context=context, shared_data=shared),
         trial_resources(request, settings.placement),
@@ -233,9 +236,12 @@ def sweep_params(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, str]:
         "model": spec.model,
         "method": spec.method,
         "preset": str(spec.search_space.preset),
-        "axes": ",".join(sorted(spec.grid_axes()) + sorted(spec.sampled_axes())),
+        "axes": ",".join(
+            sorted(spec.grid_axes()) + sorted(spec.sampled_axes()) + sorted(spec.function_axes())
+        ),
         "seeds": json.dumps(spec.seeds),
-        "trials": str(len(trials)),
+        "trials": str(len(trials) * len(spec.function_grid())),
+        **({"function": spec.function.entrypoint} if spec.function is not None else {}),
         "search": spec.search.algorithm + ("+asha" if spec.search.asha else ""),
         "resources": json.dumps(spec.resources.model_dump()),
     }

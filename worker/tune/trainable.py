@@ -35,6 +35,7 @@ from ray import tune
 from transformers.utils import logging as hf_logging
 
 from worker.contract.errors import NON_RETRYABLE, RepeatedFailure, diagnose
+from worker.contract.function import own_values
 from worker.contract.grid import ResolvedTrial, cell_key
 from worker.contract.multitask import PLAN_KEY, MultitaskPlan
 from worker.contract.tags import (
@@ -62,6 +63,7 @@ from worker.tune.epoch_report import (
     report_state,
     tune_reporter,
 )
+from worker.tune.function_trial import FunctionRun, run_function_trial
 from worker.tune.multitask_trial import run_multitask_trial
 from worker.tune.run_tags import provenance_tags, start_tags
 from worker.tune.startup_clock import process_age_s
@@ -94,6 +96,7 @@ class TrialContext:
     # The driver's data confinement (`SMARTUNE_DATA_ROOTS`, ...), set in the trial's process before it reads.
     environment: tuple[tuple[str, str], ...] = ()
     system_metrics_interval: float = DEFAULT_INTERVAL  # seconds between system-metric points; 0: none
+    function: FunctionRun | None = None  # a function job's: what its trials run (worker.tune.function_trial)
 
 
 def _refuse_repeated_failure(client: MlflowClient, run: Run, attempt: int) -> None:
@@ -177,12 +180,17 @@ def _run_rank0(
 
 
 def open_run(
-    context: TrialContext, trial_id: str, trial: ResolvedTrial, plan: MultitaskPlan | None = None
+    context: TrialContext,
+    trial_id: str,
+    trial: ResolvedTrial,
+    plan: MultitaskPlan | None = None,
+    own: Mapping[str, Any] | None = None,
 ) -> tuple[MlflowClient, Run]:
     """The trial's child run (found again on a retry, else created with the resolved config as params;
-    a multitask trial's `task` param lists its tasks, beside `multitask_sampling` and `finetune_epochs`)."""
+    a multitask trial's `task` param lists its tasks, beside `multitask_sampling` and `finetune_epochs`;
+    a function trial's own axes' values are params too)."""
     client = context.target.client()
-    params = flat_params(trial.config)
+    params = flat_params(trial.config) | {k: str(v)[:6000] for k, v in (own or {}).items()}
     if plan is not None:
         params |= {"task": ",".join(plan.tasks), "multitask_sampling": plan.sampling,
                    "finetune_epochs": str(plan.finetune_epochs)}  # fmt: skip
@@ -214,11 +222,15 @@ def train_trial(
     tune_context = tune.get_context()
     trial = resolve_trial(config, context.cell_axes)
     plan = MultitaskPlan.from_dict(config[PLAN_KEY]) if config.get(PLAN_KEY) else None
-    client, run = open_run(context, tune_context.get_trial_id(), trial, plan)
+    own = own_values(config)  # a custom function's own axes' values ({} for other jobs)
+    client, run = open_run(context, tune_context.get_trial_id(), trial, plan, own)
     folder = None
     if context.experiment_path is not None:
         folder = trial_folder(context.experiment_path, trial_dir_name(tune_context.get_trial_id()))
-    restored = restore_point(tune.get_checkpoint(), folder)
+    # A function's checkpoints are its own folders (worker.tune.function_trial restores them itself).
+    restored = (
+        restore_point(tune.get_checkpoint(), folder) if context.function is None else RestorePoint(None)
+    )
     resources = tune_context.get_trial_resources().required_resources
     started = start_tags(run, context.attempt, restored, resources, ray.get_gpu_ids())
     set_tags(client, run.info.run_id, started)
@@ -233,7 +245,11 @@ def train_trial(
             f"from epoch {restored.epochs_done}\n"
         )
         sys.stderr.flush()
-        _train(context, client, run, trial, plan, restored, resources, shared_data)
+        if context.function is not None:
+            _refuse_repeated_failure(client, run, context.attempt)  # a `user` failure repeats likewise
+            run_function_trial(context.function, trial.config, own, client, run.info.run_id, context.attempt)
+        else:
+            _train(context, client, run, trial, plan, restored, resources, shared_data)
 
 
 def _train(

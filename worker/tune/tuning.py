@@ -27,6 +27,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from worker.contract.errors import classify
+from worker.contract.function import FUNCTION_KEY, SAMPLED_KEY, own_values
 from worker.contract.grid import ResolvedTrial, resolve
 from worker.contract.multitask import PLAN_KEY
 from worker.contract.search import Axis
@@ -85,12 +86,23 @@ def param_space(spec: JobSpec, trials: list[dict[str, Any]]) -> dict[str, Any]:
     sampled = spec.sampled_axes()
     if sampled:
         space["sampled"] = {name: _domain(axis) for name, axis in sorted(sampled.items())}
+    own = spec.function_grid()
+    if own != [{}]:  # a custom function's own grid axes, crossed with the trial configs by Tune
+        space[FUNCTION_KEY] = tune.grid_search(own)
+    if spec.function_sampled():
+        space[SAMPLED_KEY] = {name: _domain(axis) for name, axis in spec.function_sampled().items()}
     return space
 
 
 def resolve_trial(config: Mapping[str, Any], axes: tuple[str, ...]) -> ResolvedTrial:
-    """A Tune trial config ({"train": grid values, "sampled": random values}) -> the trial it trains."""
-    return resolve(config["train"], config.get("sampled"), axes)
+    """A Tune trial config ({"train": grid values, "sampled": random values}, and a custom function's own
+    values) -> the trial it trains; its cell holds the function's own values too."""
+    trial = resolve(config["train"], config.get("sampled"), axes)
+    own = own_values(config)
+    if not own:
+        return trial
+    cell = {k: own[k] if k in own else trial.cell.get(k) for k in axes}
+    return ResolvedTrial(trial.config, cell)
 
 
 class TrialResolver:
@@ -110,7 +122,10 @@ class TrialResolver:
 def cell_axes(spec: JobSpec) -> tuple[str, ...]:
     """The axes that tell cells apart: grid axes with more than one value (not the seed), random axes."""
     grid = [name for name, values in spec.grid_axes().items() if name != "seed" and len(values) > 1]
-    return tuple(grid + sorted(spec.sampled_axes()))
+    own = [
+        name for name in spec.function_axes() if len({repr(c.get(name)) for c in spec.function_grid()}) > 1
+    ]
+    return tuple(grid + sorted(spec.sampled_axes()) + own + sorted(spec.function_sampled()))
 
 
 def trial_state(status: str, epochs_done: int, planned: int) -> State:
@@ -159,7 +174,7 @@ def search_algorithm(spec: JobSpec) -> Searcher | None:
 
 def tune_config(spec: JobSpec, trials: list[dict[str, Any]]) -> tune.TuneConfig:
     # A pure grid is deterministic per cell: repeating it would only run duplicates.
-    samples = spec.search.num_samples if spec.sampled_axes() else 1
+    samples = spec.search.num_samples if spec.sampled_axes() or spec.function_sampled() else 1
     searcher = search_algorithm(spec)  # a ConcurrencyLimiter when set: it caps the concurrency itself
     return tune.TuneConfig(
         metric=METRIC,
