@@ -272,6 +272,23 @@ def _mlflow_status(stack: ComposeStack, team: str, run_id: str) -> int:
     return int(_in_api(stack, code, team, run_id))
 
 
+def _diagnosis(stack: ComposeStack, job_id: str) -> str:
+    """What a failed job's assertion says, most telling first: the job, its timeline and each attempt's
+    driver log as an admin reads them (a team's view drops the log's tail), then the containers' logs' tail
+    (pytest cuts a long message from its end)."""
+    admin = _admin(stack)
+    job = admin("GET", f"/api/v1/jobs/{job_id}", expect=None).json()
+    parts = [f"job: {job.get('state')}: {job.get('message')}"]
+    parts += [f"  {t.get('at')} {t.get('from_state')} -> {t.get('to_state')}: {t.get('reason')}"
+              for t in job.get("transitions", [])]  # fmt: skip
+    for attempt in job.get("attempts", []):
+        log = admin("GET", f"/api/v1/jobs/{job_id}/logs", expect=None,
+                    params={"attempt": attempt["number"], "tail": 40}).text  # fmt: skip
+        parts.append(f"--- attempt {attempt['number']} ({attempt['state']}): its driver's log ---\n{log}")
+    containers = stack.logs("api", "ray-head", "ray-cpu-worker")
+    return "\n".join(parts) + "\n--- containers ---\n" + containers[-6000:]
+
+
 def _results(api: Api, job_id: str) -> dict[str, Any]:
     answer = api("GET", f"/api/v1/jobs/{job_id}/results", expect=None)
     return dict(answer.json()) if answer.status_code == 200 else {}
@@ -293,7 +310,7 @@ def test_a_job_resumes_after_the_ray_head_container_is_killed(stack: ComposeStac
     killed = time.monotonic()
     job = api.wait(job_id, lambda j: j["state"] in FINAL, timeout=900, past_the_end=True)
     _record(resume_after_head_kill_s=round(time.monotonic() - killed, 1))
-    assert job["state"] == "SUCCEEDED", f"{job['message']}\n{stack.logs('api', 'ray-head', 'ray-cpu-worker')}"
+    assert job["state"] == "SUCCEEDED", _diagnosis(stack, job_id)
     assert [(a["number"], a["state"]) for a in job["attempts"]] == [(1, "LOST"), (2, "SUCCEEDED")]
     assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 40)]
     tags = _in_api(stack, "import json, sys; from mlflow import MlflowClient; "

@@ -9,7 +9,6 @@ checkpoint of it loads with `torch.load(weights_only=True)` (no code runs on loa
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from worker.training.lora import is_lora, load_trainable_state, trainable_state
 from worker.training.models import resolve_model
 from worker.training.prepared import PreparedData, prepare_data
 from worker.training.ranks import SINGLE, Ranks
+from worker.training.seeding import seed_everything
 
 
 def resolve_device(name: str, ranks: Ranks = SINGLE) -> torch.device:
@@ -61,15 +61,6 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
             "or newer); use fp16 or fp32"
         )
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
-
-
-def seed_everything(seed: int, deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # needed by deterministic cuBLAS
-        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float) -> LambdaLR:

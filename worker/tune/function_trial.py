@@ -1,11 +1,12 @@
 """A custom-function trial in a sweep, and its audit's re-run (docs/custom_functions.md).
 
 The trainable (worker.tune.trainable.train_trial) opens the trial's MLflow child run as for any trial and
-hands over here when its job has a `function`: the trial's process is confined as the built-in trials are
-(the driver's `SMARTUNE_DATA_ROOTS`, set before anything runs; the Ray job's environment carries no
-secret), seeded from the trial's seed, and runs the function with a reporter whose epochs go to the run's
-metrics and to Tune (with the function's checkpoint folder, if it gives one). What the function raises
-ends the trial with class `user` (`UserFunctionError: <type>: <message>` on the run); never the sweep.
+hands over here when its job has a `function`: the function runs in a child process of the trial's, whose
+environment lacks the worker node's secrets (worker.tune.function_process), seeded from the trial's seed,
+with the driver's `SMARTUNE_DATA_ROOTS` as its data roots; each epoch it reports comes back to a reporter
+here whose epochs go to the run's metrics and to Tune (with the function's checkpoint folder, if it gives
+one). What the function raises ends the trial with class `user` (`UserFunctionError: <type>: <message>` on
+the run); never the sweep.
 Provenance: the trial's values, the function's entrypoint and the SHA-256 of its module's source file,
 so an audit (worker.tune.audit) calls it again with the same values and compares every reported metric.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -33,11 +35,12 @@ from worker.contract.tags import ERROR_ATTEMPT, ERROR_CLASS, ERROR_MESSAGE, PROV
 from worker.contract.trial import TrainConfig
 from worker.training.files import data_roots
 from worker.training.provenance import environment
-from worker.training.session import seed_everything
 from worker.tune.checkpoints import writing
+from worker.tune.function_process import run_in_child
+from worker.tune.function_protocol import FunctionJob
 from worker.tune.run_tags import config_json
 from worker.tune.tracking import log_metrics, set_tags
-from worker.tune.user_function import Reporter, call_function, load_function, one_line, user_config
+from worker.tune.user_function import Reporter, one_line, user_config
 
 # Provenance tags (under PROVENANCE_PREFIX) of a function trial, read back by its audit.
 FUNCTION_TAG, METRIC_TAG, MODE_TAG = "function", "function_metric", "function_mode"
@@ -72,8 +75,24 @@ def tune_send(metrics: dict[str, float], folder: Path | None) -> None:
         tune.report(metrics, checkpoint=checkpoint)
 
 
-def _roots() -> list[Path]:
-    return data_roots() or []  # empty: this deployment confines no reads (SMARTUNE_DATA_ROOTS unset)
+def _roots() -> list[str]:
+    return [str(p) for p in data_roots() or []]  # empty: this deployment confines no reads (unset)
+
+
+def function_job(
+    entrypoint: str, config: TrainConfig, own: Mapping[str, Any], checkpoint: Path | None, threads: int
+) -> FunctionJob:
+    """What the function's process runs for a trial (or an audit's re-run) of `config`."""
+    return FunctionJob(
+        entrypoint=entrypoint,
+        config=json.loads(json.dumps(user_config(config, own), default=str)),  # plain JSON: it crosses a pipe
+        roots=_roots(),
+        checkpoint=str(checkpoint) if checkpoint is not None else None,
+        seed=config.seed,
+        deterministic=config.deterministic,
+        threads=threads,
+        path=[os.path.abspath(entry) for entry in sys.path],  # '' is the working directory, shared
+    )
 
 
 def run_function_trial(
@@ -85,7 +104,6 @@ def run_function_trial(
     attempt: int,
 ) -> None:
     """One trial of a function job, on its open MLflow run (see the module's text)."""
-    values = user_config(config, own)
     device = torch.device("cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu")
     tags = {f"{PROVENANCE_PREFIX}{k}": v for k, v in environment(device, config.deterministic).items()}
     tags |= {
@@ -111,10 +129,9 @@ def run_function_trial(
 
         reporter = Reporter(function.metric, function.mode, tune_send, log, checkpoint)
         sys.stderr.write(f"function {function.entrypoint}: from epoch {reporter.epoch}\n")
-        try:
-            fn = load_function(function.entrypoint)
-            seed_everything(config.seed, config.deterministic)
-            call_function(fn, values, reporter, _roots())
+        try:  # torch's threads as here: what `environment` recorded above
+            job = function_job(function.entrypoint, config, own, checkpoint, torch.get_num_threads())
+            run_in_child(job, reporter)
         except Exception as err:  # not BaseException: Tune stops a trial (ASHA) with SystemExit(0)
             error_class, message = diagnose(err)
             set_tags(
@@ -137,9 +154,8 @@ def rerun_function(provenance: Mapping[str, str], config: TrainConfig) -> dict[i
         rerun[epoch] = dict(metrics)
 
     reporter = Reporter(provenance[METRIC_TAG], provenance.get(MODE_TAG, "max"), lambda _m, _f: None, log)
-    fn = load_function(provenance[FUNCTION_TAG])
-    seed_everything(config.seed, config.deterministic)
-    call_function(fn, user_config(config, own), reporter, _roots())
+    threads = config.num_threads or torch.get_num_threads()  # the recorded threads (audit._rerun_config)
+    run_in_child(function_job(provenance[FUNCTION_TAG], config, own, None, threads), reporter)
     return rerun
 
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from worker.contract.errors import StorageError, UserFunctionError
 from worker.contract.trial import TrainConfig
@@ -23,9 +23,25 @@ from worker.contract.trial import TrainConfig
 # Written into a reported checkpoint folder beside the function's files: the epoch and best score it
 # holds, so a restored trial goes on numbering its epochs (and choosing its best) where it stopped.
 PROGRESS_FILE = "smartune_progress.json"
-UserFunction = Callable[[dict[str, Any], "Reporter", list[Path]], object]
+
+
+class EpochReporter(Protocol):
+    """What the function is handed: `Reporter` in the trial's process, or its proxy in the function's
+    own process (worker.tune.function_child), which forwards each report to the trial's `Reporter`."""
+
+    checkpoint: Path | None
+
+    def report(self, metrics: Mapping[str, float], checkpoint_dir: str | Path | None = None) -> None: ...
+
+
+UserFunction = Callable[[dict[str, Any], EpochReporter, list[Path]], object]
 Send = Callable[[dict[str, float], Path | None], None]  # (the epoch's metrics, its checkpoint folder) to Tune
 Log = Callable[[dict[str, float], int], None]  # (the epoch's metrics, the epoch) to the trial's run
+
+
+class ReportRefused(ValueError):
+    """A report the trial cannot use (its metric missing, a value not a number, no such folder): the
+    function's mistake, raised in the function (worker.tune.function_process sends it back there)."""
 
 
 def one_line(err: BaseException) -> str:
@@ -73,9 +89,9 @@ class Reporter:
         self.names: set[str] = set()  # every metric name reported so far (what an audit compares)
 
     def report(self, metrics: Mapping[str, float], checkpoint_dir: str | Path | None = None) -> None:
-        values = {str(k): _number(k, v) for k, v in metrics.items()}
+        values = {str(k): metric_number(k, v) for k, v in metrics.items()}
         if self.metric not in values:
-            raise ValueError(f"reported metrics {sorted(values)} lack the sweep's metric {self.metric!r}")
+            raise ReportRefused(f"reported metrics {sorted(values)} lack the sweep's metric {self.metric!r}")
         score = values[self.metric] if self.mode == "max" else -values[self.metric]
         self.epoch += 1
         if self.best is None or (math.isfinite(score) and not score <= self.best):
@@ -85,15 +101,16 @@ class Reporter:
         folder = Path(checkpoint_dir) if checkpoint_dir is not None else None
         if folder is not None:
             if not folder.is_dir():
-                raise ValueError(f"checkpoint_dir {folder} is not a folder")
+                raise ReportRefused(f"checkpoint_dir {folder} is not a folder")
             (folder / PROGRESS_FILE).write_text(json.dumps({"epoch": self.epoch, "best_score": self.best}))
         self._log(out, self.epoch)  # the run's metrics first: a kill in between re-logs the same values
         self._send(out, folder)
 
 
-def _number(name: object, value: object) -> float:
+def metric_number(name: object, value: object) -> float:
+    """A reported value as a float; a ValueError naming the metric when it is not a number."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"metric {name!r}: {value!r} is not a number")
+        raise ReportRefused(f"metric {name!r}: {value!r} is not a number")
     return float(value)
 
 
@@ -103,7 +120,9 @@ def _read_progress(folder: Path | None) -> dict[str, Any]:
     return dict(json.loads((folder / PROGRESS_FILE).read_text()))
 
 
-def call_function(fn: UserFunction, config: dict[str, Any], reporter: Reporter, roots: list[Path]) -> None:
+def call_function(
+    fn: UserFunction, config: dict[str, Any], reporter: EpochReporter, roots: list[Path]
+) -> None:
     """Runs the function; what it raises becomes a UserFunctionError (class `user`), but for the trial's own
     failures to store a checkpoint (StorageError) and Tune's stop of a trial (SystemExit: BaseException)."""
     try:
