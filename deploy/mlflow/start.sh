@@ -10,8 +10,14 @@
 #   MLFLOW_AUTH_DEFAULT_PERMISSION  optional, read here only: what users get on experiments they were not
 #                                   granted (default NO_PERMISSIONS: one team's runs stay hidden from another)
 #   MLFLOW_AUTH_CACHE_TTL_SECONDS   optional, read here only: seconds a verified login is trusted without
-#                                   hashing its password again (default 0: every request hashes it, about
-#                                   0.1-1 s of CPU; a password change reaches other workers only after this)
+#                                   hashing its password again (default 60; 0 hashes on every request, which
+#                                   kept one of four server workers 30% busy on a tiny two-trial sweep: the
+#                                   trials' logging and the API's reads are each a request). A changed or
+#                                   deleted password reaches the server's other workers only after this
+#   MLFLOW_SERVER_ENABLE_JOB_EXECUTION  default false here (MLflow's own default is true): the stack runs no
+#                                   MLflow server jobs (GenAI scorers, prompt optimisation), and with it on
+#                                   every server starts a job runner and Huey consumers that poll for them
+#                                   (three more Python processes, about 4% of a core each when idle)
 #
 # The ini holds the store's URI (so its password): it is written to a private temporary file, never to the image.
 set -eu
@@ -38,11 +44,12 @@ config["mlflow"] = {
     "default_permission": os.environ.get("MLFLOW_AUTH_DEFAULT_PERMISSION", "NO_PERMISSIONS"),
     "database_uri": raw(os.environ.get("MLFLOW_AUTH_DATABASE_URI") or os.environ["MLFLOW_BACKEND_STORE_URI"]),
     "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
-    "auth_cache_ttl_seconds": str(int(os.environ.get("MLFLOW_AUTH_CACHE_TTL_SECONDS") or 0)),
+    "auth_cache_ttl_seconds": str(int(os.environ.get("MLFLOW_AUTH_CACHE_TTL_SECONDS") or 60)),
 }
 with open(sys.argv[1], "w", encoding="utf-8") as handle:
     config.write(handle)
 PY
 
 export MLFLOW_AUTH_CONFIG_PATH="$config"
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 exec mlflow server "$@"

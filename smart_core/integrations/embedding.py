@@ -30,14 +30,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
-from transformers import PreTrainedModel
 
 from smart_core.config import PerturbSite
 from smart_core.integrations.decoder import decoder_split
+
+if TYPE_CHECKING:  # transformers' modeling stack costs a process seconds to import; annotations only
+    from transformers import PreTrainedModel
 
 # Batch keys the adapter forwards to the model (labels are deliberately not passed: losses are computed by
 # the SMART core, not by the model).

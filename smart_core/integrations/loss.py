@@ -9,15 +9,17 @@ clipping, the optimiser) and calls `after_update()` once after each optimiser st
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from smart_core.config import MethodConfig
 from smart_core.integrations.embedding import EmbeddingAdapter
 from smart_core.objective import ModelFns, Objective
+
+if TYPE_CHECKING:  # annotations only (see smart_core.integrations.embedding)
+    from transformers import PreTrainedModel
 
 
 class SmartLoss:

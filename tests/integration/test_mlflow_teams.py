@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
@@ -38,13 +39,22 @@ def mlflow_auth(tmp_path_factory: pytest.TempPathFactory, starts_processes: None
     folder = tmp_path_factory.mktemp("mlflow-auth")
     server = start_mlflow_server(backend_uri=f"sqlite:///{folder / 'mlflow.db'}",
                                  auth_db_uri=f"sqlite:///{folder / 'auth.db'}", artifacts=str(folder / "artifacts"),
-                                 env={"MLFLOW_AUTH_CACHE_TTL_SECONDS": "300",  # a hash per login, not per request
-                                      "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no job runners: 7 processes
-                                 username=ADMIN, password=ADMIN_PASSWORD)  # fmt: skip
+                                 env={}, username=ADMIN, password=ADMIN_PASSWORD)  # start.sh's defaults  # fmt: skip
     try:
         yield server
     finally:
         server.stop()
+
+
+def test_the_entry_script_caches_logins_and_starts_no_job_runner(mlflow_auth: MlflowServer) -> None:
+    """deploy/mlflow/start.sh's defaults: a verified login is trusted for 60 s (with 0 every request hashes
+    its password: PBKDF2, tens of milliseconds to a second of CPU each) and MLflow's job execution is off
+    (with it on, every server starts a job runner and Huey consumers that poll)."""
+    (ini,) = mlflow_auth.folder.glob("basic_auth.*.ini")
+    assert "auth_cache_ttl_seconds = 60" in ini.read_text()
+    tree = psutil.Process(mlflow_auth.process.pid).children(recursive=True)
+    commands = [" ".join(child.cmdline()) for child in tree]
+    assert commands and not [c for c in commands if "huey" in c or "_job_runner" in c], commands
 
 
 class Logins:

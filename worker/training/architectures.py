@@ -12,26 +12,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import AutoModelForSequenceClassification as AutoClassifier
-from transformers import (
-    BertConfig,
-    GPT2Config,
-    LlamaConfig,
-    PreTrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    Qwen2Config,
-)
+import transformers
+from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
 from worker.contract.sources import MODEL_ALIASES
 
-CONFIG_CLASSES: dict[str, type[PreTrainedConfig]] = {
-    "bert": BertConfig,
-    "gpt2": GPT2Config,
-    "llama": LlamaConfig,
-    "qwen2": Qwen2Config,
+if TYPE_CHECKING:  # the modeling stack is imported where a model is built (a sweep's driver never does)
+    from transformers import PreTrainedModel
+
+# Each family's config class, by name: transformers imports a class on first use, and LlamaConfig's module
+# loads the modeling stack (about a second of a process's start), which a sweep's driver never needs.
+CONFIG_CLASSES: dict[str, str] = {
+    "bert": "BertConfig",
+    "gpt2": "GPT2Config",
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
 }
 
 # The config fields of every dropout a family has (hidden, attention, embedding), set by `dropout`; a
@@ -67,7 +64,7 @@ def build_tiny_random(
     task's head (`overrides`) and, unless None, `dropout` in every dropout field of its family. The
     caller seeds the RNG."""
     alias = MODEL_ALIASES[name]
-    config_class = CONFIG_CLASSES[alias.architecture]
+    config_class: type[PreTrainedConfig] = getattr(transformers, CONFIG_CLASSES[alias.architecture])
     values: dict[str, Any] = {
         "vocab_size": len(tokenizer),  # 30522 for MiniLM's uncased WordPiece vocabulary
         "pad_token_id": tokenizer.pad_token_id,
@@ -80,6 +77,9 @@ def build_tiny_random(
         # A decoder's config names its BOS/EOS ids (GPT-2's 50256 lies outside MiniLM's 30522 pieces): the
         # borrowed tokenizer's [CLS] and [SEP], which open and close every example.
         values |= {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
+    from transformers import AutoModelForSequenceClassification as AutoClassifier
+    from transformers import PreTrainedModel
+
     config = config_class(**values)
     model = AutoClassifier.from_config(config)  # type: ignore[no-untyped-call]
     if not isinstance(model, PreTrainedModel):

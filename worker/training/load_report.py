@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
+
+if TYPE_CHECKING:  # annotations only: the driver imports this module and never loads a model
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 

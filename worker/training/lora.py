@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
-from transformers.pytorch_utils import Conv1D
 
 from worker.contract.lora import LoraSpec
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # transformers' modeling stack is imported where a model is handled (the driver never is)
     from peft import PeftModel
+    from transformers import PreTrainedModel
 
 ADAPTER_DIR = "adapter"  # the adapter's folder inside a saved best model
 
@@ -41,6 +40,7 @@ def apply_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
     ValueError naming `peft.target_modules` when none of the named modules is in the model."""
     # Imported here: peft takes seconds to import (it loads accelerate), and only LoRA trials need it.
     from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+    from transformers.pytorch_utils import Conv1D
 
     config = LoraConfig(
         task_type=TaskType.SEQ_CLS,  # the head (`classifier` / `score`) is trained whole
@@ -104,6 +104,8 @@ def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor])
 def merged_copy(model: PeftModel) -> PreTrainedModel:
     """A plain transformers model equal to `model` (adapters merged into the base weights), leaving
     `model` as it is. Costs one copy of the model while it exists (on the model's device)."""
+    from transformers import PreTrainedModel
+
     merged = copy.deepcopy(model).merge_and_unload()
     if not isinstance(merged, PreTrainedModel):
         raise TypeError(f"merge_and_unload returned {type(merged).__name__}, not a transformers model")

@@ -23,18 +23,11 @@ import importlib.metadata
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import transformers
-from transformers import (
-    AutoConfig,
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    PreTrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, PreTrainedTokenizerBase
 
 from worker.contract.lora import LoraSpec
 from worker.contract.sources import MODEL_ALIASES, classify
@@ -42,6 +35,10 @@ from worker.training.architectures import build_tiny_random, dropout_fields, ens
 from worker.training.files import confine_tree
 from worker.training.load_report import quiet_loading, report_load
 from worker.training.lora import apply_lora
+
+if TYPE_CHECKING:  # transformers' modeling stack (seconds of a process's start) is imported where a model
+    # is loaded: a sweep's driver imports this module to describe models and tokenize, never to load one
+    from transformers import PreTrainedModel
 
 SourceKind = Literal["packaged", "random", "local", "hub"]
 
@@ -174,6 +171,8 @@ def _load_pretrained(
         overrides |= dict.fromkeys(fields, dropout)
     for key, value in overrides.items():
         setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
+    from transformers import AutoModelForSequenceClassification
+
     with quiet_loading():
         try:
             model, loading_info = AutoModelForSequenceClassification.from_pretrained(
