@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
@@ -52,9 +51,21 @@ def test_the_entry_script_caches_logins_and_starts_no_job_runner(mlflow_auth: Ml
     (with it on, every server starts a job runner and Huey consumers that poll)."""
     (ini,) = mlflow_auth.folder.glob("basic_auth.*.ini")
     assert "auth_cache_ttl_seconds = 60" in ini.read_text()
-    tree = psutil.Process(mlflow_auth.process.pid).children(recursive=True)
-    commands = [" ".join(child.cmdline()) for child in tree]
+    commands = _session_commands(mlflow_auth.process.pid)  # the server and what it started (its session)
     assert commands and not [c for c in commands if "huey" in c or "_job_runner" in c], commands
+
+
+def _session_commands(leader: int) -> list[str]:
+    """Command lines of the processes in `leader`'s session (start_mlflow_server starts a new one)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            session = int(stat.read_text().rsplit(")", 1)[1].split()[3])  # after state, ppid, pgrp
+            if session == leader:
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError):
+            continue  # ended while read
+    return found
 
 
 class Logins:
