@@ -34,6 +34,9 @@ from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
 logger = logging.getLogger(__name__)
 
 PASSED_THROUGH = ("TOKENIZERS_PARALLELISM",)
+# Seconds a driver reads a cluster found short of its trial again before failing: after a Ray head
+# restart, compose's worker rejoined 22-35 s after the head (docs/deployment.md)
+RESOURCES_GRACE_S = 120.0
 
 
 def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -58,6 +61,9 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
         "SMARTUNE_DATASET_STORE": settings.dataset_store_uri,  # where trials fetch uploaded datasets by digest
         "SMARTUNE_TRIAL_PLACEMENT": settings.trial_placement,  # worker.tune.placement
         "SMARTUNE_UNPLACEABLE_TIMEOUT_S": f"{settings.unplaceable_timeout_s:g}",  # worker.tune.unplaceable_guard
+        # the pool held the job's trials when it was admitted: a driver that finds the cluster short reads
+        # it again this long before failing (nodes rejoining a restarted head: worker.tune.placement)
+        "SMARTUNE_RESOURCES_GRACE_S": f"{RESOURCES_GRACE_S:g}",
         "SMARTUNE_DATA_ROOTS": os.pathsep.join(str(r) for r in settings.allowed_roots(job.team.data_roots)),
         "HF_HUB_OFFLINE": offline,
         "TRANSFORMERS_OFFLINE": offline,

@@ -150,17 +150,38 @@ def autoscaled_node_rows(environ: Mapping[str, str] = os.environ) -> list[dict[s
     return [{"Alive": True, "Resources": t.ray_resources()} for t in autoscaled_node_types(environ)]
 
 
-def check_resources(spec: JobSpec, request: Mapping[str, float] | None = None) -> None:
+RESOURCES_GRACE_ENV = "SMARTUNE_RESOURCES_GRACE_S"  # set by the control plane (service.engine.dispatch)
+GRACE_POLL_S = 2.0
+
+
+def check_resources(
+    spec: JobSpec,
+    request: Mapping[str, float] | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Refuse a trial that asks for more than the whole cluster has, unless an autoscaler may add a node
-    that holds it (the node types passed, or any with SMARTUNE_WAIT_FOR_RESOURCES alone)."""
-    have = ray.cluster_resources()
+    that holds it (the node types passed, or any with SMARTUNE_WAIT_FOR_RESOURCES alone). With
+    SMARTUNE_RESOURCES_GRACE_S (seconds) a cluster found short is read again for that long first: the
+    control plane dispatched the job because its pool held the trial, and right after a Ray head restarts
+    its worker nodes may still be leaving or rejoining (a node the new head listed at admission was gone
+    ten seconds later, then back), which is no reason to fail the job."""
     # the trial's request (tuning.resources: its GPUs packed by memory, the memory), else the spec's own
     need = bundle_of(
         request if request is not None else {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus}
     )
-    short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
-    if not short:
-        return
+    deadline = clock() + float(os.environ.get(RESOURCES_GRACE_ENV) or 0)
+    while True:
+        have = ray.cluster_resources()
+        short = {k: v for k, v in need.items() if v > 0 and have.get(k, 0.0) < v}
+        if not short:
+            return
+        if clock() >= deadline or autoscaled_node_types() or os.environ.get("SMARTUNE_WAIT_FOR_RESOURCES"):
+            break
+        logger.info("a trial needs %s and the Ray cluster has %s: reading it again (its nodes may be "
+                    "rejoining a restarted head)", short, {k: have.get(k, 0.0) for k in short})  # fmt: skip
+        sleep(GRACE_POLL_S)
     wanted = ", ".join(f"{v:g} {k}" for k, v in short.items())
     has = ", ".join(f"{have.get(k, 0.0):g} {k}" for k in short)
     types = autoscaled_node_types()

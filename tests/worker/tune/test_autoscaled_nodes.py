@@ -79,3 +79,25 @@ def test_the_guard_waits_for_the_autoscaler_but_not_for_a_node_no_type_can_be(
     clock[0] += 30.0
     with pytest.raises(UnplaceableTrials, match="no node type the autoscaler may add holds them"):
         guard.on_step_begin(0, [_Trial(2)])
+
+
+@pytest.mark.usefixtures("empty_cluster")
+def test_a_cluster_found_short_is_read_again_for_the_grace_the_control_plane_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job dispatched right after its Ray head restarted: the worker node the new head listed at admission
+    leaves and rejoins, and the driver waits for it instead of failing (SMARTUNE_RESOURCES_GRACE_S)."""
+    now = [0.0]
+    reads = iter([{"memory": 1e9}, {"memory": 1e9}, {"CPU": 2.0, "GPU": 1.0}])
+    monkeypatch.setattr(placement.ray, "cluster_resources", lambda: next(reads))
+    monkeypatch.setenv(placement.RESOURCES_GRACE_ENV, "120")
+    check_resources(_spec(1), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] == 2 * placement.GRACE_POLL_S  # read three times, two waits
+    monkeypatch.setattr(placement.ray, "cluster_resources", lambda: {"memory": 1e9})  # it never comes back
+    now[0] = 0.0
+    with pytest.raises(RuntimeError, match="set SMARTUNE_WAIT_FOR_RESOURCES=1"):
+        check_resources(_spec(1), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] >= 120
+    monkeypatch.delenv(placement.RESOURCES_GRACE_ENV)  # by hand (`smartune sweep`): refused at once
+    with pytest.raises(RuntimeError):
+        check_resources(_spec(1), clock=lambda: 0.0, sleep=lambda s: pytest.fail("waited"))
