@@ -27,7 +27,7 @@ from service.store import crud
 from service.store.db import Database, utcnow
 from service.store.models import Attempt, AttemptState, Job, JobKind, JobState, submission_id
 from worker.contract.model_registry import TEAM_ENV
-from worker.contract.node_types import NODE_TYPES_ENV, dump_node_types
+from worker.contract.node_types import NODE_TYPES_ENV, RESOURCES_GRACE_ENV, dump_node_types
 from worker.contract.spec import PLAN_DIGEST_ENV
 from worker.contract.tags import ATTEMPT, JOB, SPEC_HASH, TEAM
 
@@ -63,7 +63,7 @@ def submission(job: Job, number: int, settings: Settings) -> tuple[str, dict[str
         "SMARTUNE_UNPLACEABLE_TIMEOUT_S": f"{settings.unplaceable_timeout_s:g}",  # worker.tune.unplaceable_guard
         # the pool held the job's trials when it was admitted: a driver that finds the cluster short reads
         # it again this long before failing (nodes rejoining a restarted head: worker.tune.placement)
-        "SMARTUNE_RESOURCES_GRACE_S": f"{RESOURCES_GRACE_S:g}",
+        RESOURCES_GRACE_ENV: f"{RESOURCES_GRACE_S:g}",
         "SMARTUNE_DATA_ROOTS": os.pathsep.join(str(r) for r in settings.allowed_roots(job.team.data_roots)),
         "HF_HUB_OFFLINE": offline,
         "TRANSFORMERS_OFFLINE": offline,

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 NODE_TYPES_ENV = "SMARTUNE_AUTOSCALER_NODE_TYPES"  # the JSON list, for the control plane and the driver
+# seconds a dispatched driver reads a cluster found short of its trial again (worker.tune.placement)
+RESOURCES_GRACE_ENV = "SMARTUNE_RESOURCES_GRACE_S"
 _EPS = 1e-9
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import ray
 from ray.tune import PlacementGroupFactory
 
-from worker.contract.node_types import NODE_TYPES_ENV, NodeType, parse_node_types
+from worker.contract.node_types import NODE_TYPES_ENV, RESOURCES_GRACE_ENV, NodeType, parse_node_types
 from worker.contract.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,6 @@ def autoscaled_node_rows(environ: Mapping[str, str] = os.environ) -> list[dict[s
     return [{"Alive": True, "Resources": t.ray_resources()} for t in autoscaled_node_types(environ)]
 
 
-RESOURCES_GRACE_ENV = "SMARTUNE_RESOURCES_GRACE_S"  # set by the control plane (service.engine.dispatch)
 GRACE_POLL_S = 2.0
 
 

@@ -31,6 +31,9 @@ STEP_SEED = 4321
 
 @pytest.fixture(autouse=True)
 def fresh_accelerator_state() -> Iterator[None]:
+    # before too: a test of another module on the same xdist worker (a Trainer's bf16 TrainingArguments)
+    # may have left a state whose precision this test's Accelerator may not change
+    AcceleratorState._reset_state(reset_partial_state=True)
     yield
     AcceleratorState._reset_state(reset_partial_state=True)  # the next Accelerator reads its own settings
 
