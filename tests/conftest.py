@@ -43,6 +43,19 @@ def mlflow_uri(tmp_path: Path, mlflow_store_template: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def ray_head() -> Iterator[Any]:
+    """`ray start --head` (4 CPUs, 2 logical GPUs, token auth, the dashboard's Jobs API), one per test
+    session (per xdist worker): the servers of tests/integration submit their jobs to it, and the sweep
+    tests' `ray_cluster` (tests/worker/conftest.py) connects the test process to it as a driver. One head
+    rather than one each: an idle head costs 4.4 to 5.5 CPU-s a minute here (docs/testing.md)."""
+    from tests.support.cluster import start_ray_head
+
+    head = start_ray_head()
+    yield head
+    head.stop()
+
+
+@pytest.fixture(scope="session")
 def glue_dir() -> Path:
     """The real GLUE folder; tests that need it skip with the reason when it is absent."""
     value = os.environ.get("SMARTUNE_GLUE_DIR", "")
@@ -62,8 +75,8 @@ def glue_dir() -> Path:
 # Fixtures that start a process or a server, and what they start (a test that uses one, even through
 # another fixture, is an integration test).
 INTEGRATION_FIXTURES = {
-    "ray_cluster": "a local Ray cluster, ray.init (tests/worker/conftest.py)",
-    "ray_head": "`ray start --head` with token auth (tests/integration/conftest.py)",
+    "ray_cluster": "the test process as a Ray driver of `ray_head` (tests/worker/conftest.py)",
+    "ray_head": "`ray start --head` with token auth, one per session (below)",
     "server": "`smartune serve` as a process on the Ray head",
     "postgres": "a PostgreSQL server (initdb + postgres)",
     "ray_env": "`smartune serve` starting its own Ray head (tests/integration/test_local_head.py)",

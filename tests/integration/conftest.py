@@ -1,5 +1,6 @@
-"""Integration fixtures, shared per test session: one PostgreSQL server and one Ray head (4 CPUs, 2 logical
-GPUs, token auth). The service-test fixtures are imported too, so API tests can rerun on PostgreSQL."""
+"""Integration fixtures, shared per test session: one PostgreSQL server and, from tests/conftest.py, the one
+Ray head (4 CPUs, 2 logical GPUs, token auth) that the sweep tests share too. The service-test fixtures are
+imported too, so API tests can rerun on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.service.fixtures import *  # noqa: F403
-from tests.support.cluster import Postgres, RayHead, Server, make_server, start_postgres, start_ray_head
+from tests.support.cluster import Postgres, RayHead, Server, make_server, start_postgres
 
 
 @pytest.fixture(scope="session")
@@ -20,13 +21,6 @@ def postgres() -> Iterator[Postgres]:
         pytest.skip(str(err))
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def ray_head() -> Iterator[RayHead]:
-    head = start_ray_head()
-    yield head
-    head.stop()
 
 
 @pytest.fixture

@@ -107,6 +107,14 @@ class RayHead:
     num_cpus: int = 4
     num_gpus: int = 2
 
+    @property
+    def gcs_address(self) -> str:
+        """Where a Ray driver connects (`ray.init(address=...)`, RAY_ADDRESS of a driver process): the GCS
+        listens on the node's IP address, which Ray picks as below, not on 127.0.0.1."""
+        from ray.util import get_node_ip_address
+
+        return f"{get_node_ip_address()}:{self.ports['--port']}"
+
     def declared(self) -> dict[str, str]:
         """Its one node's size as a deployment declares it to `smartune serve` (the admission of a job
         submitted before the pool is read: service.admission)."""

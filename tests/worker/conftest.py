@@ -1,7 +1,8 @@
-"""Shared fixtures of the sweep tests: one real local Ray cluster per session, a real MLflow SQLite store.
+"""Shared fixtures of the sweep tests: the session's real Ray head, a real MLflow SQLite store.
 
-Ray is started once, with 2 CPUs and 2 *logical* GPUs (Ray counts them without hardware: enough to test GPU placement on a
-machine without GPUs), and shared by every test that asks for `ray_cluster`. Each test gives its sweep
+The head is started once per session (tests/conftest.py `ray_head`), with 4 CPUs and 2 *logical* GPUs (Ray
+counts them without hardware: enough to test GPU placement on a machine without GPUs), and shared by every
+test that asks for `ray_cluster`. Each test gives its sweep
 its own job id; all sweeps of the session share one data dir (Tune storage, mlflow.db, mlartifacts).
 """
 
@@ -11,7 +12,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from mlflow import MlflowClient
@@ -19,6 +20,9 @@ from mlflow.entities import Run
 
 from worker.tune.settings import Settings
 from worker.tune.tracking import TrackingTarget, find_runs
+
+if TYPE_CHECKING:
+    from tests.support.cluster import RayHead
 
 
 @pytest.fixture
@@ -35,30 +39,23 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[dict[str, float]]:
+def ray_cluster(ray_head: RayHead) -> Iterator[dict[str, float]]:
+    """The test process as a driver of the session's Ray head (tests/conftest.py `ray_head`: 4 CPUs, 2
+    logical GPUs), which the integration tests' servers share: one idle cluster per xdist worker, not two.
+    An integration test's job that outlives its test only delays a sweep test's trials."""
     import ray
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # The head wants token auth (tests/support/cluster.py): RAY_AUTH_MODE=token for this process and the driver
+    # processes a test starts, and Ray's cached config re-read (the process may have read it already).
+    _enable_token_auth()
     started = not ray.is_initialized()
     if started:
-        _init_local_cluster(ray)
+        ray.init(address=ray_head.gcs_address)
     yield ray.cluster_resources()
     if started:
         ray.shutdown()
-
-
-def _init_local_cluster(ray: Any, attempts: int = 3) -> None:
-    """address="local": a fresh cluster even when someone runs `ray start` on this machine. Ray waits a fixed
-    30 s for its raylet to register; on 2 busy cores (the other xdist worker starting its own cluster, a
-    server, a training) that can pass, so a start that timed out is tried again on a clean slate."""
-    for attempt in range(1, attempts + 1):
-        try:
-            ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False)
-            return
-        except Exception as err:  # Ray raises a bare Exception: "The current node timed out during startup"
-            ray.shutdown()
-            if "timed out during startup" not in str(err) or attempt == attempts:
-                raise
 
 
 @pytest.fixture(scope="session")
