@@ -85,6 +85,11 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def _ray_token_path(env: dict[str, str]) -> Path:
+    """Where Ray keeps the token it authenticates with (service.engine.ray_jobs.auth_headers reads it too)."""
+    return Path(env.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
 RAY_PORT_FLAGS = (
     "--port",
     "--dashboard-port",
@@ -147,9 +152,10 @@ def start_ray_head(
     AF_UNIX sockets live there, and pytest's temp paths exceed the 107-byte limit."""
     tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
     env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
-    subprocess.run(
-        [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
-    )
+    if not _ray_token_path(env).is_file():  # `ray get-auth-token` is a 2-CPU-second Python start: only once
+        subprocess.run(
+            [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
+        )
     ports = dict(ports) if ports else {flag: free_port() for flag in RAY_PORT_FLAGS}
     cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats"]
     cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=true"]
