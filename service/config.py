@@ -69,7 +69,8 @@ class Settings(BaseSettings):
     mlflow_experiment: str = "smartune"
     mlflow_ui_url: str | None = Field(
         None,
-        description="base of the MLflow UI for run links; unset = the tracking server, or `mlflow ui` locally",
+        description="base of the MLflow UI for run links; unset = the tracking server, or `mlflow ui` "
+        "locally; set but empty = no links",
     )
     # MLflow users per team (service.engine.mlflow_teams, docs/deployment.md): set, the service logs in as
     # MLflow's admin (MLFLOW_TRACKING_USERNAME / _PASSWORD) to create them, and each job logs in as its team.

@@ -39,15 +39,18 @@ from service.store.models import FINAL_STATES, ApiKey, Job
 LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
 
 
-def _ui(settings: Settings) -> str | None:
-    """Where the MLflow UI of the tracking store is: configured, the tracking server itself, or for a local
-    store the address `mlflow ui --backend-store-uri <store>` serves on by default. None (no links) while
-    the UI is open to anyone who can reach it."""
+def mlflow_ui_base(settings: Settings) -> str | None:
+    """Where the MLflow UI of the tracking store is, for run and model links: configured
+    (SMARTUNE_MLFLOW_UI_URL; set but empty: no links), else the tracking server itself, or for a local store
+    the address `mlflow ui --backend-store-uri <store>` serves on by default. None (no links) while the UI is
+    open to anyone who can reach it."""
     if not settings.mlflow_ui_protected:
         return None
     uri = settings.tracking_uri
-    if settings.mlflow_ui_url:
-        return settings.mlflow_ui_url
+    if settings.mlflow_ui_url is not None:
+        # docker-compose.yml passes the variable through, empty unless the deployer set it: its tracking
+        # URI (http://mlflow:5000) is the compose network's, which no browser reaches (deploy/env.example)
+        return settings.mlflow_ui_url or None
     if uri.startswith(("http://", "https://")):
         return uri
     return LOCAL_MLFLOW_UI if uri.startswith(("sqlite:", "file:", "/")) else None
@@ -55,7 +58,7 @@ def _ui(settings: Settings) -> str | None:
 
 def model_public(model: TeamModel, settings: Settings) -> RegisteredModelPublic:
     """A team's registered model, with its page in the MLflow UI where links are handed out."""
-    ui = _ui(settings)
+    ui = mlflow_ui_base(settings)
     url = f"{ui.rstrip('/')}/#/models/{quote(model.name, safe='')}" if ui else None
     return RegisteredModelPublic(**asdict(model), mlflow_url=url)
 
@@ -84,7 +87,7 @@ def job_public(job: Job, settings: Settings, *, admin: bool) -> JobPublic:
         best_value=job.best_value,
         mlflow_experiment_id=job.mlflow_experiment_id,
         mlflow_parent_run_id=job.mlflow_parent_run_id,
-        mlflow_url=run_url(_ui(settings), job.mlflow_experiment_id, job.mlflow_parent_run_id),
+        mlflow_url=run_url(mlflow_ui_base(settings), job.mlflow_experiment_id, job.mlflow_parent_run_id),
         created_at=job.created_at,
         queued_at=job.queued_at,
         started_at=job.started_at,
@@ -95,7 +98,7 @@ def job_public(job: Job, settings: Settings, *, admin: bool) -> JobPublic:
 
 def job_detail(session: Session, job: Job, settings: Settings, *, admin: bool) -> JobDetail:
     trials = crud.job_trials(session=session, job_id=job.id)
-    ui = _ui(settings)
+    ui = mlflow_ui_base(settings)
     trial_views = [
         TrialPublic.model_validate(t).model_copy(
             update={"mlflow_url": run_url(ui, job.mlflow_experiment_id, t.mlflow_run_id)}
