@@ -101,7 +101,14 @@ def admit(
     dry_run: bool = False,
 ) -> Admission:
     """Admit `ask` for `team` (capacity: the pool as read from Ray, None while it has not been), or raise
-    the ApiError that says why not. Nothing is written: the caller queues the job at the answer's priority."""
+    the ApiError that says why not. Nothing is written: the caller queues the job at the answer's priority.
+
+    Unless `dry_run`, the team's row is locked (and re-read) until the caller commits: on PostgreSQL, where
+    writes run side by side, two submissions checked at once would each find room in the team's queue,
+    budget and storage that the other then takes. Uploads lock the same row (service.storage.uploads);
+    SQLite has one writer at a time and no FOR UPDATE."""
+    if not dry_run:
+        session.refresh(team, with_for_update=True)
     priority, note = _priority(ask, team)
     _check_quotas(ask, team, settings, capacity)
     if ask.from_spec:
