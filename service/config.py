@@ -178,6 +178,12 @@ class Settings(BaseSettings):
     )
     ray_timeout_s: float = Field(10.0, gt=0, description="any one call to Ray's dashboard")
     mlflow_timeout_s: float = Field(30.0, gt=0, description="any one read of a job's runs from MLflow")
+    mlflow_syncs_per_s: float = Field(
+        20.0,
+        gt=0,
+        description="running jobs' trial reads from MLflow a second, at most: with more running jobs than a "
+        "round's share, each is read less often than every round (a job that ended is read at once)",
+    )
     db_timeout_s: float = Field(5.0, gt=0, description="waiting for a database lock or connection")
     engine_lease_s: float = Field(30.0, gt=0, description="the engine lease between replicas")
     max_body_bytes: int = Field(1_048_576, ge=1024)

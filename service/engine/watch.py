@@ -11,6 +11,11 @@ jobs (and scheduling) go on. Every MLflow read has a timeout. Ray is called outs
 says is written only if the job has not changed meanwhile. A job is SUCCEEDED only with at least one
 completed trial; one whose summary could not be read when it ended keeps `summary_pending` and is read
 again on later rounds.
+
+A running job's trials are read from MLflow every round while reading all of them each round stays within
+SMARTUNE_MLFLOW_SYNCS_PER_S (20 a second: 40 running jobs at the default 2-second rounds); beyond that each
+is read at most every `running jobs / SMARTUNE_MLFLOW_SYNCS_PER_S` seconds, so the tracking server's load
+stays bounded as the pool grows (a job whose Ray job ended is read at once).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import concurrent.futures
 import contextvars
 import json
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -55,6 +61,9 @@ class Watcher:
         self.db, self.ray, self.tracker, self.settings = db, ray, tracker, settings
         self.resubmit = resubmit
         self.losses = 0  # attempts found LOST since start: the engine reads the pool again after one
+        self.clock: Callable[[], float] = time.monotonic
+        self._synced_at: dict[str, float] = {}  # job id -> when its running trials were last read
+        self._sync_gap_s = 0.0  # this round's least time between two reads of one running job's trials
 
     def _update(
         self, job_id: str, check: Callable[[Job], bool], change: Callable[[Session, Job], None]
@@ -72,6 +81,10 @@ class Watcher:
         with self.db.sessions() as session:
             rows = session.execute(select(Job.id, Job.attempt).where(Job.state.in_(ACTIVE_STATES))).all()
             pending = session.scalars(select(Job.id).where(Job.summary_pending)).all()
+        gap = len(rows) / self.settings.mlflow_syncs_per_s  # 0 while every round may read every job:
+        self._sync_gap_s = gap if gap > self.settings.scheduler_interval_s else 0.0  # as rounds come
+        active = {job_id for job_id, _number in rows}
+        self._synced_at = {job_id: at for job_id, at in self._synced_at.items() if job_id in active}
         left = 0
         for job_id, number in rows:
             with bound_job(job_id):  # its log lines carry its id
@@ -115,7 +128,9 @@ class Watcher:
                 seconds=self.settings.max_job_wall_time_s
             ):
                 return self._over_time(job_id, number)
-        ended_trials = self.sync_trials(job_id, experiment) if info.status in ("RUNNING", *RAY_FINAL) else 0
+        ended_trials = 0
+        if info.status in RAY_FINAL or (info.status == "RUNNING" and self._due(job_id)):
+            ended_trials = self.sync_trials(job_id, experiment)
         if info.status in RAY_FINAL and self._finish(job_id, number, info.status, info.message, experiment):
             return 1
         return ended_trials
@@ -150,6 +165,14 @@ class Watcher:
         if done:
             self._end_runs(job_id, "FAILED")
         return done
+
+    def _due(self, job_id: str) -> bool:
+        """Whether a running job's trials are read this round (see the module's docstring)."""
+        now = self.clock()
+        if now - self._synced_at.get(job_id, -float("inf")) < self._sync_gap_s:
+            return False
+        self._synced_at[job_id] = now
+        return True
 
     def sync_trials(self, job_id: str, experiment: str | None = None) -> int:
         """Read the job's trials from MLflow; return how many ended for good since the last read."""

@@ -298,3 +298,38 @@ def test_a_job_in_its_last_wave_reserves_only_its_unfinished_trials(
     trials(*done, "STOPPED", "RUNNING")
     engine.tick()
     assert read(client, key, narrow)["state"] == "DISPATCHED"
+
+
+def test_with_many_running_jobs_each_is_read_from_mlflow_less_often_and_an_ended_one_at_once(
+    client: TestClient, team_key: str, engine: Engine, fake_ray: FakeRay, fake_tracker: FakeTracker
+) -> None:
+    """Two running jobs at 0.5 reads a second: each job's trials are read at most every 4 s; a job whose Ray
+    job ended is read in the round that sees it, due or not."""
+    watcher = engine.watcher
+    watcher.settings = watcher.settings.model_copy(update={"mlflow_syncs_per_s": 0.5})
+    now = [100.0]
+    watcher.clock = lambda: now[0]
+    reads: list[str] = []
+    job_runs = fake_tracker.job_runs
+
+    def counted(job_id: str, experiment: str | None = None) -> Any:
+        reads.append(job_id)
+        return job_runs(job_id, experiment)
+
+    fake_tracker.job_runs = counted  # type: ignore[method-assign]
+    first, second = (submit(client, team_key, spec(seeds=[seed]))["id"] for seed in (1, 2))
+    engine.tick()
+    for job_id in (first, second):
+        fake_ray.set(f"{job_id}-a1", "RUNNING")
+    engine.tick()
+    assert sorted(reads) == sorted([first, second])  # never read before: both at once
+    now[0] += 3.9
+    engine.tick()
+    assert len(reads) == 2  # 2 running jobs / 0.5 a second: 4 s apart
+    now[0] += 0.2
+    engine.tick()
+    assert len(reads) == 4
+    fake_ray.set(f"{first}-a1", "FAILED", message="stopped")
+    now[0] += 0.1
+    engine.tick()
+    assert reads[4:] == [first]  # ended: read at once; the other is not due
