@@ -8,9 +8,12 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.cluster import RayHead
 
 pytest_plugins = ["tests.support.durations"]  # longest modules first; `make test-durations` records
 
@@ -43,7 +46,7 @@ def mlflow_uri(tmp_path: Path, mlflow_store_template: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_head() -> Iterator[Any]:
+def ray_head() -> Iterator[RayHead]:
     """`ray start --head` (4 CPUs, 2 logical GPUs, token auth, the dashboard's Jobs API), one per test
     session (per xdist worker): the servers of tests/integration submit their jobs to it, and the sweep
     tests' `ray_cluster` (tests/worker/conftest.py) connects the test process to it as a driver. One head

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,9 +78,14 @@ class RayJobs(Protocol):
         ...
 
 
+def token_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where Ray keeps the token it authenticates with (RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token)."""
+    return Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
 def auth_headers(token: str | None = None) -> dict[str, str]:
     token = token or os.environ.get("RAY_AUTH_TOKEN")
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+    path = token_path()
     if not token and path.is_file():
         token = path.read_text().strip()
     return {"Authorization": f"Bearer {token}"} if token else {}

@@ -9,28 +9,17 @@ answers nothing, so the queued job stays queued."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import psycopg2
 import pytest
 
 from tests.integration.client import Api, tiny_spec
 from tests.support.cluster import Server, free_port, make_server
+from tests.support.pg_race import side_by_side, waiting_backends
 from tests.support.postgres import Postgres
-
-
-def _requests_waiting(database: str) -> int:
-    """Backends of `database` waiting on a lock to queue a job, or to lock its team's row first."""
-    with psycopg2.connect(database) as connection, connection.cursor() as cursor:
-        cursor.execute("SELECT count(DISTINCT pid) FROM pg_locks JOIN pg_stat_activity USING (pid) "
-                       "WHERE NOT granted AND datname = current_database() "
-                       "AND (query ILIKE 'INSERT INTO jobs%' OR query ILIKE '%FOR UPDATE%')")  # fmt: skip
-        return int(cursor.fetchone()[0])
 
 
 @pytest.fixture
@@ -64,22 +53,10 @@ def test_jobs_submitted_side_by_side_stay_within_the_queue_limit(server: Server,
         ) as http:
             return http.post("/api/v1/jobs", json=tiny_spec(name=f"side-by-side {i}", seeds=[i + 1]))
 
-    holder = psycopg2.connect(database)
-    try:
-        with holder.cursor() as cursor:
-            cursor.execute("LOCK TABLE jobs IN SHARE MODE")  # held until rollback
-        with ThreadPoolExecutor(2) as pool:
-            answers = [pool.submit(submit, i) for i in range(2)]
-            deadline = time.monotonic() + 60
-            while _requests_waiting(database) < 2:  # one waits to insert, the other on it (or both to insert)
-                assert time.monotonic() < deadline and not any(a.done() for a in answers), [
-                    a.result().text for a in answers if a.done()
-                ]
-                time.sleep(0.2)
-            holder.rollback()
-            statuses = sorted(a.result().status_code for a in answers)
-    finally:
-        holder.close()
-    assert statuses == [201, 429], [a.result().text[:300] for a in answers]
+    # one waits to insert, the other to lock the team's row first (or both to insert, without the lock)
+    waiting = lambda: waiting_backends(database, ["INSERT INTO jobs%", "%FOR UPDATE%"])  # noqa: E731
+    answers = side_by_side(database, "jobs", [lambda i=i: submit(i) for i in range(2)], waiting)
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [201, 429], [a.text[:300] for a in answers]
     queued = Api(server, key)("GET", "/api/v1/jobs", params={"state": "QUEUED"}).json()["data"]
     assert len(queued) == 1, queued

@@ -7,19 +7,17 @@ pass, inserts wait) until both uploads are waiting on a lock, then lets them go.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import psycopg2
 import pytest
 
 from tests.integration.client import Api
 from tests.service.dataset_utils import rte_tsv
 from tests.support.cluster import Server, free_port, make_server
+from tests.support.pg_race import side_by_side, waiting_backends
 from tests.support.postgres import Postgres
 
 
@@ -36,14 +34,6 @@ def server(tmp_path: Path, database: str) -> Iterator[Server]:
     server.stop()
 
 
-def _waiting(database: str) -> int:
-    """Backends of `database` waiting on a lock."""
-    with psycopg2.connect(database) as connection, connection.cursor() as cursor:
-        cursor.execute("SELECT count(DISTINCT pid) FROM pg_locks JOIN pg_stat_activity USING (pid) "
-                       "WHERE NOT granted AND datname = current_database()")  # fmt: skip
-        return int(cursor.fetchone()[0])
-
-
 def test_uploads_recorded_side_by_side_stay_within_the_quota(server: Server, database: str) -> None:
     admin = Api(server, server.admin_key())
     key = admin.team_key("nlp")
@@ -58,22 +48,10 @@ def test_uploads_recorded_side_by_side_stay_within_the_quota(server: Server, dat
             return http.post("/api/v1/datasets", data={"name": f"part-{i}", "task": "rte"},
                              files=[("files", (n, d)) for n, d in files[i].items()])  # fmt: skip
 
-    holder = psycopg2.connect(database)
-    try:
-        with holder.cursor() as cursor:
-            cursor.execute("LOCK TABLE datasets IN SHARE MODE")  # held until rollback
-        with ThreadPoolExecutor(2) as pool:
-            answers = [pool.submit(upload, i) for i in range(2)]
-            deadline = time.monotonic() + 60
-            while _waiting(database) < 2:  # both recordings are past their reads, or one waits on the other
-                assert time.monotonic() < deadline and not any(a.done() for a in answers), [
-                    a.result().text for a in answers if a.done()
-                ]
-                time.sleep(0.2)
-            holder.rollback()
-            statuses = sorted(a.result().status_code for a in answers)
-    finally:
-        holder.close()
-    assert statuses == [201, 409], [a.result().text[:300] for a in answers]
+    # both recordings are past their reads, or one waits on the other
+    answers = side_by_side(database, "datasets", [lambda i=i: upload(i) for i in range(2)],
+                           lambda: waiting_backends(database))  # fmt: skip
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [201, 409], [a.text[:300] for a in answers]
     storage = admin("GET", "/api/v1/teams/nlp").json()["storage"]
     assert storage["datasets_bytes"] <= size + 1000, storage

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from service.engine.ray_jobs import JobSubmissionAdapter, auth_headers
+from service.engine.ray_jobs import JobSubmissionAdapter, auth_headers, token_path
 from tests.support.postgres import Postgres, start_postgres  # noqa: F401 - the fixtures' throwaway server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,11 +83,6 @@ def base_env() -> dict[str, str]:
     for name in ("RAY_ADDRESS", "DATABASE_URL", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     return env
-
-
-def _ray_token_path(env: dict[str, str]) -> Path:
-    """Where Ray keeps the token it authenticates with (service.engine.ray_jobs.auth_headers reads it too)."""
-    return Path(env.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
 
 
 RAY_PORT_FLAGS = (
@@ -152,7 +147,7 @@ def start_ray_head(
     AF_UNIX sockets live there, and pytest's temp paths exceed the 107-byte limit."""
     tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
     env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
-    if not _ray_token_path(env).is_file():  # `ray get-auth-token` is a 2-CPU-second Python start: only once
+    if not token_path(env).is_file():  # `ray get-auth-token` is a 2-CPU-second Python start: only once
         subprocess.run(
             [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
         )
