@@ -16,11 +16,12 @@ FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def tiny_spec(**changes: Any) -> dict[str, Any]:
-    """The service tests' quick spec, trained with SMART, two trials at a time."""
+    """The service tests' quick spec, trained with SMART: two trials, one at a time (Tune reuses the one
+    worker process; a test about concurrent trials says so in its limits)."""
     spec = copy.deepcopy(QUICK_SPEC) | {
         "name": "integration",
         "method": "smart",
-        "limits": {"max_concurrent_trials": 2},
+        "limits": {"max_concurrent_trials": 1},
     }
     return spec | changes
 

@@ -25,7 +25,7 @@ def function_spec(features: list[int]) -> dict[str, Any]:
         "training": {"epochs": 2, "batch_size": 32, "learning_rate": 0.5},
         "seeds": [1],
         "resources": {"cpus": 1},
-        "limits": {"max_concurrent_trials": 2, "max_retries": 0},
+        "limits": {"max_concurrent_trials": 1, "max_retries": 0},
     }
 
 

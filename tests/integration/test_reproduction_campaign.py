@@ -35,6 +35,7 @@ TINY = Campaign(
     grid_learning_rates=(1e-3,),
     grid_epochs=(1, 2),
     methods=(BY_LABEL["vanilla"], BY_LABEL["smart-breg-only"]),
+    concurrency=1,  # Tune reuses one trial process per job
 )
 
 

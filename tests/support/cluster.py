@@ -77,8 +77,26 @@ def stop_group(
         process.wait(10)
 
 
+# What the heads the tests start (and the heads their servers start) do differently from Ray's defaults, all to
+# spend less of a 2-core machine's CPU on Ray's own upkeep (docs/testing.md, "Where the integration tiers' CPU
+# goes"); nothing smartune reads depends on them (it reads nodes and jobs, not Ray's metrics or its
+# dashboard's live stats):
+RAY_TEST_HEAD_ENV = {
+    # No 2 Python workers prestarted for each driver that connects: the tiers connect some 120 drivers and
+    # the prestarted workers mostly idled (about 2 CPU-s each to start); a trial's worker starts when placed.
+    "RAY_prestart_worker_first_driver": "0",
+    # Ray's own telemetry at a slower pace or off: the event agent's 0.1-s loop, the reporter's per-process
+    # stats every 5 s, every process's metrics export. An idle head: 4.6 -> 3.3 CPU-s a minute here.
+    "EVENT_AGENT_REPORT_INTERVAL_SECONDS": "2",
+    "REPORTER_UPDATE_INTERVAL_MS": "30000",
+    "METRICS_RECORD_INTERVAL_S": "30",
+    "RAY_enable_metrics_collection": "0",
+}
+
+
 def base_env() -> dict[str, str]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env |= RAY_TEST_HEAD_ENV
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     for name in ("RAY_ADDRESS", "DATABASE_URL", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)

@@ -116,7 +116,9 @@ def _tiny_spec(glue_dir: Path, **fields: Any) -> dict[str, Any]:
         "method_params": {"epsilon": 1e-3},
         "training": training,
         "resources": {"cpus": 1},
-        "limits": {"max_concurrent_trials": 2, "max_retries": 1},
+        # One trial at a time unless a test is about two running at once: Tune reuses the one worker process
+        # (no second start of torch and MLflow), and the 2-core machine runs the other tests beside it.
+        "limits": {"max_concurrent_trials": 1, "max_retries": 1},
     }
     spec.update(fields)
     return spec

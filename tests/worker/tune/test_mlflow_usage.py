@@ -58,7 +58,7 @@ def swept(ray_cluster: Any, sweep_settings: Settings, glue_dir: Path) -> Iterato
                      "max_seq_length": 64},
         "search_space": {"axes": {"learning_rate": {"values": [1e-3, 3e-3]}}},
         "resources": {"cpus": 1},
-        "limits": {"max_concurrent_trials": 2},
+        "limits": {"max_concurrent_trials": 1},
     }  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(INTERVAL_ENV, "1")

@@ -114,7 +114,8 @@ def test_diverging_trial_fails_with_class_numerics_while_the_other_finishes(
     # epoch of skips in a row fails the trial with class `numerics`; its retry (max_retries 1) fails at
     # once instead of training again. RTE trains normally.
     data = _diverging_glue(glue_dir, tmp_path / "glue")
-    document = tiny_spec(method="vanilla", method_params={}, data=str(data), task=["rte", "stsb"])
+    document = tiny_spec(method="vanilla", method_params={}, data=str(data), task=["rte", "stsb"],
+                         limits={"max_concurrent_trials": 2, "max_retries": 1})  # fmt: skip
     summary = run_sweep(JobSpec.model_validate(document), job_id="nan-1", settings=sweep_settings)
 
     assert summary["trials_by_state"]["TERMINATED"] == 1 and summary["trials_by_state"]["ERROR"] == 1
