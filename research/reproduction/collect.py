@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from research.reproduction.budget import ARM_SEP
-from research.reproduction.plan import CAMPAIGN, METHOD_LABELS, Campaign
-from research.reproduction.records import merge_into
+from research.reproduction.plan import CAMPAIGN, METHOD_LABELS, RADIUS_LABELS, Campaign
+from research.reproduction.records import FILE_ORDER, merge_into
+from research.reproduction.selection import selected, subsets_label
 from smartune import Client
-from worker.contract.tags import JOB, TRIAL
+from worker.contract.tags import JOB, PROVENANCE_PREFIX, TRIAL
 from worker.contract.tasks import TASKS
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "paper_ablation.json"
@@ -53,11 +54,20 @@ def trial_records(
     for run in runs:
         if TRIAL not in run.data.tags:
             continue  # the job's parent run
-        curve = [100.0 * v for v in _history(mlflow, run.info.run_id, "score")]
+        # `score` is what chose (validation rows when the run held some out: `val_<metric>` then), dev is
+        # `eval_<metric>`; a run logged before `eval_*` existed has only `score`, on dev
+        dev = [100.0 * v for v in _history(mlflow, run.info.run_id, f"eval_{metric}")]
+        held = [100.0 * v for v in _history(mlflow, run.info.run_id, f"val_{metric}")]
+        curve = dev or [100.0 * v for v in _history(mlflow, run.info.run_id, "score")]
         seconds = _history(mlflow, run.info.run_id, "train_seconds")
         if not curve:
             continue
         params = run.data.params
+        training = {k: params.get(k) for k in ("sampling", "fraction_seed")}
+        training["max_train_samples"] = (
+            None if params.get("max_train_samples") in (None, "None") else int(params["max_train_samples"])
+        )
+        training["validation_fraction"] = float(params.get("validation_fraction") or 0.0)
         components = {
             key.removeprefix("train_"): _history(mlflow, run.info.run_id, key)
             for key in run.data.metrics
@@ -69,7 +79,10 @@ def trial_records(
                 "method": part,
                 "seed": int(params["seed"]),
                 "metric": metric,
-                "value": max(curve),
+                **selected(curve, held if held and len(held) == len(curve) else None),
+                "validation_curve": held,
+                "subsets": subsets_label(training) if "sampling" in params else FILE_ORDER,
+                "train_rows_sha256": run.data.tags.get(f"{PROVENANCE_PREFIX}train_rows_sha256"),
                 "epochs": len(curve),
                 "wall_s": sum(seconds),
                 "mlflow_run_id": run.info.run_id,
@@ -103,7 +116,7 @@ def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
     merged with the records already there (`records.merge_into`)."""
 
     def is_method(r: dict[str, Any]) -> bool:  # a method's row, or one of its equal-compute arms
-        return r["method"].split(ARM_SEP)[0] in METHOD_LABELS
+        return r["method"].split(ARM_SEP)[0] in METHOD_LABELS + RADIUS_LABELS
 
     methods = [r for r in records if is_method(r) and r["state"] == "TERMINATED"]
     unfinished = sum(is_method(r) and r["state"] != "TERMINATED" for r in records)
@@ -117,11 +130,14 @@ def write(records: list[dict[str, Any]], out: Path, grid_out: Path) -> None:
 
 def choose(records: Iterable[dict[str, Any]], part: str = "grid-full") -> dict[str, Any]:
     """The (learning rate, epochs) cell of vanilla's grid with the best mean over tasks of the per-task
-    mean over seeds of the best dev score. Only cells every grid task ran to their end count."""
+    mean over seeds of each trial's selection value (its validation rows' score at its chosen epoch; a
+    record without validation rows: its best dev score). Only cells every grid task ran to their end count."""
     cells: dict[tuple[float, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r["method"] == part and r["epochs"] == r["planned_epochs"]:
-            cells[(r["learning_rate"], r["planned_epochs"])][r["task"]].append(r["value"])
+            cells[(r["learning_rate"], r["planned_epochs"])][r["task"]].append(
+                r.get("selection_value", r["value"])
+            )
     tasks = set().union(*(c.keys() for c in cells.values())) if cells else set()
     scored = {
         cell: statistics.mean(statistics.mean(v) for v in by_task.values())

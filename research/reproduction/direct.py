@@ -5,6 +5,7 @@ not installed (a lent GPU), and to check the service's numbers against the bare 
         [--precision fp32] [--workers 6] [--deadline-s 400] [--model PATH] [--data DIR]
         [--train-examples 1000|full] [--learning-rate 5e-5 --epochs 10]
     python -m research.reproduction.direct --out FILE.jsonl --merge-into research/results/paper_ablation_h200.json
+    python -m research.reproduction.direct --out radius.jsonl --tasks rte,mrpc,stsb --methods radius --device cuda
 
 Each trial is the service's own: the campaign's job spec (`plan.Campaign.method_spec`) expanded by the
 contract (`JobSpec.trials`) into `TrainConfig`s and trained by `worker.training.finetune.run_training`,
@@ -32,6 +33,7 @@ from typing import Any
 from research.reproduction import plan
 from research.reproduction.collect import choose
 from research.reproduction.records import TrialKey, merge_into, trial_key
+from research.reproduction.selection import selected, subsets_label
 
 GRID = Path(__file__).resolve().parents[1] / "results" / "reproduction_grid.json"
 PRIORITY = ("rte", "mrpc", "stsb", "cola", "sst2")  # Table 3's small tasks first: the paper's largest gains
@@ -65,7 +67,11 @@ def trial_configs(
             )
     by_key: dict[TrialKey, dict[str, Any]] = {}
     for label, spec in specs:
-        spec["training"]["max_train_samples"] = train_examples
+        held = float(spec["training"].get("validation_fraction") or 0.0)
+        # `train_examples` are the rows that train: the validation rows are drawn beside them
+        spec["training"]["max_train_samples"] = (
+            None if train_examples is None else round(train_examples / (1 - held))
+        )
         for trial in JobSpec.model_validate(spec).trials():
             tagged = {**trial, **overrides, "_method": label}
             by_key[trial_key(tagged)] = tagged
@@ -85,13 +91,18 @@ def record(
     main = get_task(trial["task"]).main_metric
     epochs = result["epochs"]
     curve = [100.0 * float(e["metrics"][main]) for e in epochs]
+    held = [100.0 * float(e["validation"][main]) for e in epochs if "validation" in e]
     keys = sorted({k for e in epochs for k in e["components"] if k != "loss"})
+    provenance = result["provenance"]
     return {
         "task": trial["task"],
         "method": trial["_method"],
         "seed": int(trial["seed"]),
         "metric": main,
-        "value": max(curve),
+        **selected(curve, held if len(held) == len(curve) else None),
+        "validation_curve": held,
+        "subsets": subsets_label(trial),
+        "train_rows_sha256": provenance.get("train_rows_sha256"),
         "epochs": len(curve),
         "wall_s": sum(float(e["train_seconds"]) for e in epochs),
         "mlflow_run_id": None,
@@ -105,7 +116,7 @@ def record(
         "components": {k: [float(e["components"].get(k, float("nan"))) for e in epochs] for k in keys},
         "source": "direct",
         "device": device_name,
-        "precision": result["provenance"].get("precision"),
+        "precision": provenance.get("precision"),
         "train_examples": int(result["train_examples"]),
         "trial_wall_s": float(result["wall_seconds"]),
         "concurrent_trials": concurrent_trials,
@@ -199,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge-into", type=Path, default=None,
                         help="train nothing: fold --out's records into this JSON list (the report's records)")  # fmt: skip
     parser.add_argument("--tasks", default=",".join(PRIORITY))
-    parser.add_argument("--methods", default="", help="report rows to run (default: all)")
+    parser.add_argument("--methods", default="",
+                        help="report rows to run (default: the methods phase's); `radius`: the radius x lambda_s cells")  # fmt: skip
     parser.add_argument(
         "--grid", action="store_true", help="run vanilla's grid in full instead of the methods"
     )
@@ -212,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=0.0, help="start no trial after this (0: none)")
     parser.add_argument("--model", default=None, help="default: the campaign's (minilm-l6)")
     parser.add_argument("--data", default=None, help="GLUE folder (default: $SMARTUNE_GLUE_DIR)")
-    parser.add_argument("--train-examples", default=str(plan.TRAIN_EXAMPLES), help="N, or 'full'")
+    parser.add_argument("--train-examples", default=str(plan.TRAIN_EXAMPLES),
+                        help="N rows that train (the campaign's validation rows are drawn beside them), or 'full'")  # fmt: skip
     parser.add_argument("--eval-examples", type=int, default=None, help="the first N dev rows (default: all)")
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--epochs", type=int, default=None)
@@ -223,7 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     narrowed: dict[str, Any] = {}
     if args.methods:
         wanted = set(args.methods.split(","))
-        narrowed["methods"] = tuple(m for m in plan.METHODS if m.label in wanted)
+        if "radius" in wanted:  # the radius x lambda_s cells with their baselines (plan.RADIUS_METHODS)
+            wanted = (wanted - {"radius"}) | {*plan.RADIUS_BASELINES, *plan.RADIUS_LABELS}
+        narrowed["methods"] = tuple(m for m in plan.ALL_METHODS if m.label in wanted)
+        if unknown := wanted - {m.label for m in narrowed["methods"]}:
+            parser.error(
+                f"--methods: no such row {', '.join(sorted(unknown))} (see research.reproduction.plan)"
+            )
     if args.seeds:
         narrowed["seeds"] = narrowed["grid_seeds"] = tuple(int(s) for s in args.seeds.split(","))
     if args.grid_epochs:

@@ -1,7 +1,8 @@
 """Turn the campaign's records into docs/reproduction.md and its plot.
 
     python -m research.reproduction.report [--records research/results/paper_ablation.json]
-        [--grid research/results/reproduction_grid.json] [--out docs/reproduction.md]
+        [--grid research/results/reproduction_grid.json] [--radius research/results/radius.json]
+        [--out docs/reproduction.md]
 
 Every number in the page comes from the records (which `research.reproduction.collect` read from MLflow)
 and from the paper's tables (service/dashboard/paper_results.json); the prose that interprets them is
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from research.reproduction.baseline import baseline_section
 from research.reproduction.plot import plot
+from research.reproduction.radius import radius_section
 from research.reproduction.records import FILE_ORDER, subsets
 from research.reproduction.sections import Records, _by, _fmt, methods_sections
 from research.reproduction.stats import mean_sd
@@ -29,6 +31,7 @@ GPU_PLOT = ROOT / "docs" / "img" / "reproduction_curves_h200.png"
 GPU_RECORDS = RESULTS / "paper_ablation_h200.json"
 GPU_FULL_RECORDS = RESULTS / "paper_ablation_h200_fulltrain.json"  # the whole training set, not 1,000
 COVERAGE = RESULTS / "coverage_n5.json"  # `python -m research.reproduction.coverage --json`
+RADIUS_RECORDS = RESULTS / "radius.json"  # repro-v2's radius x lambda_s cells with their baselines
 
 
 def _link(path: Path) -> str | None:
@@ -135,7 +138,11 @@ def _subsets_note(records: Records) -> list[str]:
 
 
 def render(
-    records: Records, grid: Records, gpu: Records | None = None, gpu_full: Records | None = None
+    records: Records,
+    grid: Records,
+    gpu: Records | None = None,
+    gpu_full: Records | None = None,
+    radius: Records | None = None,
 ) -> str:
     out = [
         "# Reproduction: SMART and its ablations on small GLUE tasks",
@@ -145,7 +152,7 @@ def render(
         "(direct runs on a lent GPU) and `research/results/reproduction_grid.json`; the commands are in §1. Do not",
         "edit by hand: the prose is `research/reproduction/conclusions.md`._",
         "",
-        *_subsets_note([*records, *grid, *(gpu or []), *(gpu_full or [])]),
+        *_subsets_note([*records, *grid, *(gpu or []), *(gpu_full or []), *(radius or [])]),
     ]
     out += CONCLUSIONS.read_text().splitlines() if CONCLUSIONS.exists() else []
     out += ["", *statistics_section(), *baseline_section()]
@@ -172,6 +179,7 @@ def render(
         )
     if gpu_full:
         out += full_train_section(gpu_full)
+    out += radius_section(radius or [])
     return "\n".join(out) + "\n"
 
 
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", type=Path, default=RESULTS / "reproduction_grid.json")
     parser.add_argument("--gpu-records", type=Path, default=GPU_RECORDS)
     parser.add_argument("--gpu-full-records", type=Path, default=GPU_FULL_RECORDS)
+    parser.add_argument("--radius", type=Path, default=RADIUS_RECORDS)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reproduction.md")
     args = parser.parse_args(argv)
     records = json.loads(args.records.read_text()) if args.records.exists() else []
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu_full = json.loads(args.gpu_full_records.read_text()) if args.gpu_full_records.exists() else []
     plot(records, PLOT, "training minutes (1 CPU thread)")
     plot(gpu, GPU_PLOT, "training minutes (one GPU shared by several trials)")
-    args.out.write_text(render(records, grid, gpu, gpu_full))
+    radius = json.loads(args.radius.read_text()) if args.radius.exists() else []
+    args.out.write_text(render(records, grid, gpu, gpu_full, radius))
     print(
         f"{len(records)} records, {len(grid)} grid records, {len(gpu)} + {len(gpu_full)} GPU records -> {args.out}"
     )

@@ -30,7 +30,9 @@ def test_direct_trials_are_the_services_trials_in_paired_order() -> None:
     ] + [("rte", 2, "vanilla")]
     smart = next(t for t in trials if t["_method"] == "smart")
     config = TrainConfig.from_dict({k: v for k, v in smart.items() if not k.startswith("_")})
-    assert (config.device, config.model, config.max_train_samples) == ("cuda", "/tmp/m", 1000)
+    # 1,000 rows train; the validation rows (repro-v2) are drawn beside them
+    assert (config.device, config.model, config.max_train_samples) == ("cuda", "/tmp/m", 1250)
+    assert config.validation_fraction == pytest.approx(0.2)
     assert config.method_params["rs_dropout"] == "shared" and config.length_grouping is False
     independent = next(t for t in trials if t["_method"] == "smart-independent")
     assert independent["method_params"].get("rs_dropout", "independent") == "independent"
@@ -44,7 +46,7 @@ def test_the_direct_grid_is_the_campaigns_full_grid_job_by_trial() -> None:
     assert len(trials) == 2 * cells * len(plan.GRID_SEEDS)
     assert {t["_method"] for t in trials} == {"grid-full"} and trials[0]["task"] == "mrpc"
     first_seed = trials[:cells]  # seed by seed, every cell inside a seed
-    assert {t["seed"] for t in first_seed} == {1}
+    assert {t["seed"] for t in first_seed} == {plan.GRID_SEEDS[0]}
     assert {(t["learning_rate"], t["epochs"]) for t in first_seed} == {
         (lr, e) for lr in plan.GRID_LEARNING_RATES for e in plan.GRID_EPOCHS
     }

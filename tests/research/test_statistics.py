@@ -114,7 +114,7 @@ def test_both_arms_are_planned_from_the_measured_cost() -> None:
 def test_an_arm_is_a_methods_job_under_its_own_name_with_its_own_schedule() -> None:
     arm = budget.ArmPlan("smart", "equal-time", epochs=4, updates=128, seconds=24.0)
     spec = CAMPAIGN.budget_spec("rte", arm, learning_rate=5e-5)
-    assert spec["name"] == "repro-v1/rte/smart@equal-time"
+    assert spec["name"] == "repro-v2/rte/smart@equal-time"
     assert CAMPAIGN.parse(spec["name"]) == ("rte", "smart@equal-time")
     assert spec["training"]["epochs"] == 4 and spec["training"]["warmup_fraction"] == 0.1
     assert spec["method_params"]["rs_dropout"] == "shared" and spec["seeds"] == [1, 2, 3, 4, 5]

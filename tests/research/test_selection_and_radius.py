@@ -1,0 +1,105 @@
+"""repro-v2's pieces (issue 29): the epoch chosen on validation rows and reported on dev, the campaign's
+held-out rows and unreported grid seeds, and the radius x λ_s cells with their ascent check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from research.reproduction import direct, plan, radius, report
+from research.reproduction.collect import choose
+from research.reproduction.selection import chosen_index, selected, subsets_label
+from worker.contract.trial import TrainConfig
+
+
+def test_the_reported_epoch_is_chosen_on_validation_and_scored_on_dev() -> None:
+    dev, validation = [60.0, 70.0, 65.0, 72.0], [50.0, 58.0, 58.0, 55.0]
+    got = selected(dev, validation)
+    # validation's best is epoch 2 (its first maximum), so dev is read there: not dev's own best, 72
+    assert got == {"value": 70.0, "selected_epoch": 2, "selection_value": 58.0, "selected_on": "validation",
+                   "best_dev": 72.0, "last_value": 72.0}  # fmt: skip
+    on_dev = selected(dev, None)
+    assert (on_dev["value"], on_dev["selected_epoch"], on_dev["selected_on"]) == (72.0, 4, "dev")
+    assert chosen_index([1.0, 3.0, 3.0]) == 1
+    with pytest.raises(ValueError, match="3 validation points for 4 dev points"):
+        selected(dev, validation[:3])
+    with pytest.raises(ValueError, match="no epoch"):
+        chosen_index([])
+
+
+def test_the_v2_campaign_holds_rows_out_and_chooses_its_grid_on_unreported_seeds() -> None:
+    training = plan.CAMPAIGN.training
+    assert training["max_train_samples"] * (1 - training["validation_fraction"]) == pytest.approx(1000)
+    assert training["sampling"] == "random" and plan.CAMPAIGN.name == "repro-v2"
+    assert not set(plan.GRID_SEEDS) & set(plan.SEEDS)
+    trials = direct.trial_configs(plan.CAMPAIGN, ["rte"], learning_rate=5e-5, epochs=10, train_examples=1000,
+                                  overrides={})  # fmt: skip
+    config = TrainConfig.from_dict({k: v for k, v in trials[0].items() if not k.startswith("_")})
+    assert (config.max_train_samples, config.validation_fraction) == (1250, 0.2)
+    assert "stratified random 1250 rows" in subsets_label(
+        trials[0]
+    ) and "20% of them held out" in subsets_label(trials[0])
+    # the grid chooses on what the validation rows said, not on dev
+    grid = [{"method": "grid-full", "task": "rte", "learning_rate": lr, "planned_epochs": 2, "epochs": 2,
+             "value": dev, "selection_value": held} for lr, dev, held in ((1e-4, 80.0, 50.0), (5e-5, 60.0, 55.0))]  # fmt: skip
+    assert choose(grid)["learning_rate"] == 5e-5
+
+
+def test_the_radius_cells_put_the_ascent_on_the_balls_face() -> None:
+    assert len(plan.RADIUS_METHODS) == len(plan.RADII) * len(plan.RADIUS_LAMBDAS)
+    assert len(set(plan.RADIUS_LABELS)) == len(plan.RADIUS_LABELS) and not set(plan.RADIUS_LABELS) & set(
+        plan.METHOD_LABELS
+    )
+    for method in plan.RADIUS_METHODS:
+        p = method.params
+        assert (
+            p["sigma"] == p["epsilon"] and p["eta"] == pytest.approx(100 * p["epsilon"]) and p["lambda_s"] > 0
+        )
+        assert method.label == plan.radius_label(p["epsilon"], p["lambda_s"])
+    campaign = plan.Campaign(methods=plan.RADIUS_METHODS[:1])
+    trials = direct.trial_configs(campaign, ["stsb"], learning_rate=5e-5, epochs=2, train_examples=1000,
+                                  overrides={})  # fmt: skip
+    config = TrainConfig.from_dict({k: v for k, v in trials[0].items() if not k.startswith("_")})
+    resolved = config.method_config()
+    assert (resolved.epsilon, resolved.sigma, resolved.eta, resolved.projection) == (
+        1e-3,
+        1e-3,
+        pytest.approx(0.1),
+        "ball",
+    )
+
+
+def _radius_record(seed: int, value: float, method: str, linf: float, step: float = 50.0) -> dict[str, Any]:
+    return {"task": "mrpc", "method": method, "seed": seed, "metric": "f1", "value": value,
+            "components": {"delta_linf": [linf, linf], "step_to_noise": [step, step], "ascent_signal": [0.9],
+                           "r_s": [2e-3, 3e-3], "r_s_control": [1e-6, 1e-6], "grad_ratio_rs": [0.05, 0.04]}}  # fmt: skip
+
+
+def test_the_ascent_check_tells_an_adversary_from_the_noise() -> None:
+    cell = plan.radius_label(1e-2, 1.0)
+    acted = radius.ascent_check(_radius_record(1, 80.0, cell, linf=1e-2), 1e-2)
+    assert acted["acted"] and acted["linf_over_eps"] == pytest.approx(1.0)
+    assert not radius.ascent_check(_radius_record(1, 80.0, cell, linf=1e-3), 1e-2)["on_the_ball"]
+    noise = radius.ascent_check(_radius_record(1, 80.0, cell, linf=1e-2, step=1e-6), 1e-2)
+    assert not noise["acted"] and not noise["step_over_noise"]
+    dropout = _radius_record(1, 80.0, cell, linf=1e-2)
+    dropout["components"] |= {"ascent_signal": [-0.3]}
+    assert not radius.ascent_check(dropout, 1e-2)["acted"]
+
+
+def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_the_same_seeds() -> None:
+    cell = plan.radius_label(1e-2, 1.0)
+    records = [
+        *(_radius_record(s, v, "vanilla", 0.0) for s, v in ((1, 80.0), (2, 82.0), (3, 81.0))),
+        *(_radius_record(s, v, "smart-breg-only", 0.0) for s, v in ((1, 80.5), (2, 82.5), (3, 81.5))),
+        *(_radius_record(s, v, cell, 1e-2) for s, v in ((1, 81.0), (2, 83.0), (3, 82.0))),
+    ]
+    text = "\n".join(radius.radius_section(records))
+    assert "### mrpc (f1)" in text
+    assert (
+        "| 0.01 | 1 | 3 | 82.00 ± 1.00 | +1.00 [+1.00, +1.00], t 0.000, sign 0.25 | +0.50, t 0.000 | 3 of 3 |"
+        in text
+    )
+    assert radius.radius_section([r for r in records if r["method"] == "vanilla"]) == []
+    assert "SMART at radii where R_s acts" in report.render([], [], radius=records)
