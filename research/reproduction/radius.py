@@ -20,7 +20,7 @@ from research.reproduction.stats import Paired, mean_sd, paired
 Records = list[dict[str, Any]]
 ON_THE_BALL = 0.9  # ‖δ‖∞ at least this share of ε: the ascent step reached the ball's face
 STEP_OVER_NOISE = 1.0  # the ascent step at least as long as the initial noise: δ is not the noise
-GEOMETRIC = 0.5  # the ascent signal (cosine of g(ν) and -g(-ν)): above this, a direction of the model's
+GEOMETRIC = 0.5  # ascent signal (cosine of g(ν), -g(-ν)) above this: a direction of the model, not noise
 HEADER = (
     "| ε | λ_s | n | mean ± sd | minus vanilla [95% paired t CI], p | minus the teacher alone, p "
     "| ascent acted | ‖δ‖∞ / ε | R_s | R_s at δ = 0 | ‖∇R_s‖ / ‖∇L‖ |",
