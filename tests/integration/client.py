@@ -15,6 +15,11 @@ from tests.support.cluster import Server
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
+# A one-cell grid, for a test about the job rather than its trials: the second trial of `tiny_spec` costs
+# about 3 CPU-s (its training, evaluation, MLflow runs and the model logged as a pipeline).
+ONE_TRIAL: dict[str, Any] = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
+
+
 def tiny_spec(**changes: Any) -> dict[str, Any]:
     """The service tests' quick spec, trained with SMART: two trials, one at a time (Tune reuses the one
     worker process; a test about concurrent trials says so in its limits)."""

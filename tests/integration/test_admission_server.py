@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from service.engine.ray_jobs import JobSubmissionAdapter
-from tests.integration.client import FINAL, Api, tiny_spec
+from tests.integration.client import FINAL, ONE_TRIAL, Api, tiny_spec
 from tests.support.cluster import (
     RAY_PORT_FLAGS,
     VENV_BIN,
@@ -55,7 +55,7 @@ def test_admission_before_the_pool_is_read_and_for_retries_and_audits(tmp_path: 
         waiting = api("POST", "/api/v1/jobs", expect=503, json=tiny_spec(resources={"cpus": 256, "gpus": 0}))
         assert waiting.json()["field"] == "resources.cpus" and waiting.headers["Retry-After"] == "1"
         assert _capacity(api) is None
-        done = api.submit(tiny_spec(priority=5))
+        done = api.submit(tiny_spec(priority=5, search_space=ONE_TRIAL))
         long = {**tiny_spec()["training"], "epochs": 20, "max_train_samples": 64}
         one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [5e-4]}}}
         failed = api.submit(tiny_spec(priority=5, training=long, search_space=one_trial, seeds=[2]))

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from service.engine.ray_jobs import JobSubmissionAdapter
-from tests.integration.client import FINAL, Api, tiny_spec
+from tests.integration.client import FINAL, ONE_TRIAL, Api, tiny_spec
 from tests.support.cluster import Postgres, RayHead, Server, make_server
 
 
@@ -133,6 +133,7 @@ def test_two_teams_share_a_two_gpu_pool_and_a_third_job_waits(server: Server) ->
     gpu_spec = tiny_spec(
         resources={"cpus": 1, "gpus": 1},
         limits={"max_concurrent_trials": 1},
+        search_space=ONE_TRIAL,  # the queue is under test, not the trials
         training={**tiny_spec()["training"], "epochs": 2},
     )
     a1, a2, b1 = alpha.submit(gpu_spec), alpha.submit(gpu_spec | {"seeds": [2]}), beta.submit(gpu_spec)
@@ -239,8 +240,7 @@ def test_a_job_lost_with_its_ray_head_is_requeued_and_resumes(tmp_path: Path, gl
         # Long enough that the crash comes mid-sweep (it follows the first sight of epoch 2 within a poll),
         # short enough that attempt 2's rest of the sweep is not the test's main cost (~1 s an epoch).
         long_training = {**tiny_spec()["training"], "epochs": 20, "max_train_samples": 128}
-        one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
-        spec = tiny_spec(training=long_training, search_space=one_trial)
+        spec = tiny_spec(training=long_training, search_space=ONE_TRIAL)
         job_id = api.submit(spec)
         running = api.wait(job_id, lambda j: any((t["last_epoch"] or 0) >= 2 for t in j["trials"]))
         assert running["trials"][0]["last_epoch"] < 10, "the sweep runs too fast to be interrupted"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.engine.ray_jobs import auth_headers
-from tests.integration.client import FINAL, Api, tiny_spec
+from tests.integration.client import FINAL, ONE_TRIAL, Api, tiny_spec
 from tests.support.cluster import RayHead, Server, make_server, start_postgres
 
 pytestmark = pytest.mark.slow
@@ -41,12 +41,12 @@ def test_the_service_killed_while_dispatching_runs_each_attempt_exactly_once(
     admin = Api(server, server.admin_key())
     key = admin.team_key("nlp")
     api = Api(server, key)
-    first = api.submit(tiny_spec(name="killed as its attempt is recorded"))
+    first = api.submit(tiny_spec(name="killed as its attempt is recorded", search_space=ONE_TRIAL))
     poll(api, first, lambda j: bool(j["attempts"]))  # recorded; Ray may or may not have it yet
     server.stop(signal.SIGKILL)
     server.start()
     api = Api(server, key)
-    second = api.submit(tiny_spec(name="killed just after it was queued", seeds=[2]))
+    second = api.submit(tiny_spec(name="killed just after it was queued", seeds=[2], search_space=ONE_TRIAL))
     time.sleep(0.3)  # the scheduler runs every 0.5 s: this lands anywhere in its round
     server.stop(signal.SIGKILL)
     server.start()
@@ -75,7 +75,7 @@ def test_postgresql_stopped_under_a_running_service_gives_503_and_loses_nothing(
         server.start()
         admin = Api(server, server.admin_key())
         api = Api(server, admin.team_key("nlp"))
-        accepted = api.submit(tiny_spec(name="accepted before the outage"))
+        accepted = api.submit(tiny_spec(name="accepted before the outage", search_space=ONE_TRIAL))
         api.wait(accepted, lambda j: j["state"] in ("DISPATCHED", "RUNNING"))
         postgres.halt()
         for method, path, body in [

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.client import FINAL, Api, tiny_spec
+from tests.integration.client import FINAL, ONE_TRIAL, Api, tiny_spec
 from tests.support.cluster import RayHead, Server, make_server
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -76,7 +76,7 @@ def test_logout_and_revocation_end_a_saved_cookies_session(one_server: Server) -
 def test_a_real_jobs_logs_show_a_team_no_server_internals(one_server: Server) -> None:
     admin = Api(one_server, one_server.admin_key())
     api = Api(one_server, admin.team_key("nlp"))
-    job_id = api.submit(tiny_spec())
+    job_id = api.submit(tiny_spec(search_space=ONE_TRIAL))
     job = api.wait(job_id, lambda j: j["state"] in FINAL)
     assert job["state"] == "SUCCEEDED", job["message"]
     whole = admin("GET", f"/api/v1/jobs/{job_id}/logs").text

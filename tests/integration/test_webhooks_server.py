@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from smartune.webhooks import verify
-from tests.integration.client import Api, tiny_spec
+from tests.integration.client import ONE_TRIAL, Api, tiny_spec
 from tests.support.cluster import RayHead, Server, free_port, make_server
 
 
@@ -78,8 +78,7 @@ def test_a_real_job_s_end_reaches_a_real_receiver_signed_on_the_fourth_attempt(
     admin = Api(server, server.admin_key())
     team = Api(server, admin.team_key("nlp"))
     hook = team("POST", "/api/v1/webhooks", expect=201, json={"url": url, "events": ["job.succeeded"]}).json()
-    one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
-    job_id = team.submit(tiny_spec(method="vanilla", search_space=one_trial))  # the cheapest real job
+    job_id = team.submit(tiny_spec(method="vanilla", search_space=ONE_TRIAL))  # the cheapest real job
     team.wait(job_id, lambda j: j["state"] == "SUCCEEDED", timeout=300)
 
     deadline = time.monotonic() + 60

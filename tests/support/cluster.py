@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from service.engine.ray_jobs import JobSubmissionAdapter, auth_headers, token_path
+from tests.support import store_templates
 from tests.support.postgres import Postgres, start_postgres  # noqa: F401 - the fixtures' throwaway server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -267,4 +268,6 @@ def make_server(tmp: Path, *, ray_address: str, database_url: str | None = None,
     }
     if database_url:
         server_env["DATABASE_URL"] = database_url
+    if "MLFLOW_TRACKING_URI" not in env:
+        store_templates.seed(data_dir, job_store=not database_url)  # empty stores, made once per process
     return Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=server_env, port=port)
