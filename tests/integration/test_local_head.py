@@ -200,7 +200,7 @@ def test_planned_stops_requeue_a_running_job_without_counting_as_losses(
     """With `max_attempts` 1, one loss would fail the job. It runs through two planned stops: `smartune
     stop` (the service stops its head and requeues), then a crash of the service and `smartune stop`
     (which stops the head left behind and requeues); each start resumes it as the next attempt."""
-    from tests.integration.client import FINAL, Api, tiny_spec
+    from tests.integration.client import FINAL, ONE_TRIAL, Api, tiny_spec
     from tests.support.cluster import Server
 
     env = ray_env | {
@@ -216,9 +216,10 @@ def test_planned_stops_requeue_a_running_job_without_counting_as_losses(
     try:
         admin = Api(server, server.admin_key())
         api = Api(server, admin.team_key("nlp"))
-        training = {**tiny_spec()["training"], "epochs": 40, "max_train_samples": 128}
-        one_trial = {"axes": {"learning_rate": {"type": "grid", "values": [1e-4]}}}
-        job_id = api.submit(tiny_spec(training=training, search_space=one_trial, method="vanilla"))
+        # Epochs enough to outlive both stops: attempt 1 runs on while `smartune stop` starts (a few epochs of
+        # about a second), attempt 2 while the head left behind is stopped; attempt 3 trains the rest.
+        training = {**tiny_spec()["training"], "epochs": 20, "max_train_samples": 128}
+        job_id = api.submit(tiny_spec(training=training, search_space=ONE_TRIAL, method="vanilla"))
 
         api.wait(job_id, lambda j: any((t["last_epoch"] or 0) >= 1 for t in j["trials"]), 240)
         assert "stopped serve" in _stop_cli(data_dir, env)  # the service stops its head, then requeues
@@ -240,7 +241,7 @@ def test_planned_stops_requeue_a_running_job_without_counting_as_losses(
             (3, "SUCCEEDED"),
         ]
         assert "planned stop" in job["attempts"][0]["message"]
-        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 40)]
+        assert [(t["state"], t["last_epoch"]) for t in job["trials"]] == [("TERMINATED", 20)]
     finally:
         server.stop()
         _stop_cli(data_dir, env)
