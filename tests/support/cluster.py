@@ -160,11 +160,15 @@ def start_ray_head(
     ports: dict[str, int] | None = None,
     env: dict[str, str] | None = None,
     args: Sequence[str] = (),
+    retried: bool = False,
 ) -> RayHead:
     """`ray start --head --block` on free ports (or the given ones, to stand in for a restarted head), with
-    token auth and logical GPUs, and `args` (more `ray start` flags). Its temp folder is short: Ray's
-    AF_UNIX sockets live there, and pytest's temp paths exceed the 107-byte limit."""
+    token auth and logical GPUs, and `args` (more `ray start` flags); returned once its dashboard and its
+    dashboard agent answer (a head on free ports whose agent never does is started again, once, on others).
+    Its temp folder is short: Ray's AF_UNIX sockets live there, and pytest's temp paths exceed the 107-byte
+    limit."""
     tmp = Path(tempfile.mkdtemp(prefix="st-ray-"))
+    env_in, given_ports = env, ports is not None
     env = base_env() | (env or {})  # `env`: what the node's workers and drivers see (stores, credentials)
     if not token_path(env).is_file():  # `ray get-auth-token` is a 2-CPU-second Python start: only once
         subprocess.run(
@@ -187,7 +191,27 @@ def start_ray_head(
         return httpx.get(f"{address}/api/version", headers=auth_headers(), timeout=2).status_code == 200
 
     wait_for(up, 120, "Ray head")
-    return RayHead(address, process, log, ports, num_cpus, num_gpus)
+    head = RayHead(address, process, log, ports, num_cpus, num_gpus)
+    try:  # Ray's job submission waits for the node's dashboard agent, however long it takes to come
+        wait_for(lambda: _agent_healthy(ports["--dashboard-agent-listen-port"]), AGENT_WAIT_S, "the agent")
+    except TimeoutError:
+        agent_logs = sorted((tmp / "ray").glob("session_*/logs/dashboard_agent*"))
+        said = "".join(p.read_text(errors="replace")[-2000:] for p in agent_logs) or log.read_text()[-2000:]
+        head.stop()
+        if given_ports or retried:  # a head restarted at its old address, or a second failure: the test's
+            raise ProcessDied(f"the Ray head's dashboard agent never answered:\n{said}") from None
+        return start_ray_head(num_cpus=num_cpus, num_gpus=num_gpus, env=env_in, args=args, retried=True)
+    return head
+
+
+# The dashboard agent answers 1 to 3 s after the dashboard here. Once (2026-11-29) one never did, and every
+# job submitted to that head timed out for 4 minutes: most likely one of its free ports was taken between
+# `free_port()` and the agent's bind. Such a head is started again, once, on other ports.
+AGENT_WAIT_S = 60
+
+
+def _agent_healthy(port: int) -> bool:
+    return httpx.get(f"http://127.0.0.1:{port}/api/local_raylet_healthz", timeout=2).status_code == 200
 
 
 def wait_for_gpus(address: str, gpus: float, timeout: float = 180) -> None:
