@@ -28,13 +28,11 @@ if not os.environ.get("SMARTUNE_GLUE_DIR") and _SIBLING_GLUE.is_dir():
 
 
 @pytest.fixture(scope="session")
-def mlflow_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty MLflow SQLite store, created once per session (MLflow's own migrations: 3 to 7 s here)."""
-    from mlflow import MlflowClient
+def mlflow_store_template() -> Path:
+    """An empty MLflow SQLite store, created once per process (MLflow's own migrations: 3 to 7 s here)."""
+    from tests.support import store_templates
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
+    return store_templates.templates() / store_templates.MLFLOW_STORE
 
 
 @pytest.fixture

@@ -23,21 +23,17 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.engine.rounds import Engine
 from service.main import create_app
-from service.store.db import Database, connect, migrate
+from service.store.db import Database
 from tests.service.fakes import FakeRay, FakeTracker
 from tests.service.utils import make_admin, make_team
+from tests.support import store_templates
 
 
 @pytest.fixture(scope="session")
-def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite job store migrated to head once per session (per xdist worker): a fresh migration costs
+def migrated_sqlite() -> Path:
+    """A SQLite job store migrated to head once per process (per xdist worker): a fresh migration costs
     about 0.4 s, a copy a millisecond. The migrations themselves are tested on `empty_db_url`."""
-    path = tmp_path_factory.mktemp("migrated") / "smartune.db"
-    db = connect(f"sqlite:///{path}")
-    migrate(db)
-    db.dispose()  # the last connection closed: the WAL is checkpointed into the file, which is all there is
-    assert not path.with_name("smartune.db-wal").exists()
-    return path
+    return store_templates.templates() / store_templates.JOB_STORE
 
 
 @pytest.fixture
