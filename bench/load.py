@@ -1,7 +1,7 @@
 """`smartune bench load` (see cli/bench_cmd.py): the whole service under a crowd, for real.
 
-A real `smartune serve` (bench/launch.py: uvicorn, the engine, a local Ray head of its own with 2 CPUs,
-MLflow in a temporary data directory; the job store on SQLite there, or on the database `--database-url`
+A real `smartune serve` (bench/launch.py: uvicorn, the engine, a local Ray head of its own with 2 CPUs, or
+the Ray cluster `--ray-address` names, MLflow in a temporary data directory; the job store on SQLite there, or on the database `--database-url`
 names, e.g. a PostgreSQL of your own) takes `--clients` concurrent clients for `--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
 trial of a tiny random BERT on a synthetic RTE-shaped folder) whenever its team's queue has room, and
 otherwise reads one of its team's jobs or lists them. A 429 is obeyed (`Retry-After`). Then every accepted
@@ -202,7 +202,7 @@ def _drain(
                         failures.append(f"{job_id} {states[job_id]}: {job.get('message')}")
             if all(s in FINAL for s in states.values()) or time.monotonic() - started > timeout:
                 return states, failures, time.monotonic() - started
-            time.sleep(5)
+            time.sleep(1)  # drain_s is read to the second
 
 
 def run_load(
@@ -213,9 +213,10 @@ def run_load(
     queue_limit: int,
     drain_timeout: float,
     database_url: str | None = None,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Start the service (on `database_url`, or SQLite in a temp folder); load it; drain; stop it; return
-    the report."""
+    """Start the service (on `database_url`, or SQLite in a temp folder; on the Ray cluster at `ray_address`,
+    or a local head of its own); load it; drain; stop it; return the report."""
     with tempfile.TemporaryDirectory(prefix="smartune-load-") as tmp:
         root = Path(tmp)
         url = database_url or f"sqlite:///{root / 'data' / 'smartune.db'}"
@@ -223,7 +224,8 @@ def run_load(
         admin, keys = _keys(url, clients, teams)
         server: Served | None = None
         try:
-            server = serve(root / "data", database_url=url, **service_env(root, queue_limit))
+            attach = {"RAY_ADDRESS": ray_address} if ray_address else {}
+            server = serve(root / "data", database_url=url, **service_env(root, queue_limit), **attach)
             tally = asyncio.run(_load(server.url, keys, seconds))
             accepted = [job for ids in tally.accepted.values() for job in ids]
             states, failures, drained = _drain(server.url, admin, accepted, drain_timeout)
@@ -265,6 +267,7 @@ def main(args: argparse.Namespace) -> int:
             queue_limit=args.queue_limit,
             drain_timeout=args.drain_timeout,
             database_url=None if url == "sqlite" else url,
+            ray_address=args.ray_address,
         )
         for url in urls
     ]

@@ -181,6 +181,7 @@ def run_noisy_neighbour(
     drain_timeout: float = 600.0,
     database_url: str | None = None,
     with_ray: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Start the service; run the quiet crowd with the noisy team in every second window; cancel and end
     every job; stop the service; return the report (its `verdict.pass` is the benchmark's judgement)."""
@@ -190,6 +191,8 @@ def run_noisy_neighbour(
         (root / "data").mkdir()
         admin, quiet, noisy_keys = _keys(url, clients, noisy_clients, noisy_quota_bytes)
         env = service_env(root, queue_limit)
+        if ray_address:  # a running cluster of the user's (or the tests' session head)
+            env["RAY_ADDRESS"] = ray_address
         if not with_ray:  # a closed port: no Ray answers; the declared node admits jobs, which stay queued
             env |= {"RAY_ADDRESS": f"http://127.0.0.1:{free_port()}", "SMARTUNE_LARGEST_NODE_CPUS": "2"}
         server = None
@@ -255,6 +258,7 @@ def main(args: argparse.Namespace) -> int:
             p99_bound=args.p99_bound,
             drain_timeout=args.drain_timeout,
             database_url=None if url == "sqlite" else url,
+            ray_address=args.ray_address,
         )
         for url in args.database_url or ["sqlite"]
     ]

@@ -96,6 +96,13 @@ def _register_sweep(kinds: argparse._SubParsersAction) -> None:
         "in it) or 'sqlite' (the default: a fresh file in a temp folder); repeat to run against each in turn",
     )
     load.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="a running Ray cluster for the service's jobs (as RAY_ADDRESS: the dashboard's http://host:8265); "
+        "default: `smartune serve` starts a local head of its own",
+    )
+    load.add_argument(
         "--noisy-neighbour",
         action="store_true",
         help="instead: one quiet team of --clients clients, alone and beside a noisy team at its limits, "

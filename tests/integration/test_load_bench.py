@@ -1,25 +1,37 @@
 """`smartune bench load` at a small size, on both job stores: a crowd of clients against the real service
 gets no 5xx, and every job it accepted is persisted and ends (the full-size figures come from `make bench`).
-The benchmark starts `smartune serve` itself; PostgreSQL is the harness's throwaway server, given to it by
-URL as a user would give their own."""
+The benchmark starts `smartune serve` itself, given the worker's session Ray head (`--ray-address`, as a user
+gives their cluster: a head of the service's own would cost some 15 CPU-s to start and idle here); PostgreSQL
+is the harness's throwaway server, given to it by URL as a user would give their own."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
 from bench.load import run_load
+from tests.support.cluster import RayHead
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_crowd_gets_no_server_error_and_every_accepted_job_ends(
-    store: str, request: pytest.FixtureRequest
+    store: str, ray_head: RayHead, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the head's token auth, read by the service it starts
+    monkeypatch.setenv("SMARTUNE_ENTRYPOINT_PYTHON", sys.executable)  # as make_server: the drivers' venv
     database_url = (
         request.getfixturevalue("postgres").create_database("load") if store == "postgresql" else None
     )
     report = run_load(
-        clients=6, teams=2, seconds=8, queue_limit=1, drain_timeout=400, database_url=database_url
+        clients=6,
+        teams=2,
+        seconds=8,
+        queue_limit=1,
+        drain_timeout=400,
+        database_url=database_url,
+        ray_address=ray_head.address,
     )
     assert report["database"] == store
     assert report["server_errors"] == 0, report["first_server_errors"]
