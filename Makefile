@@ -56,14 +56,15 @@ format: install
 # on INTEGRATION_WORKERS xdist workers: most of their time is spent waiting (servers starting, Ray
 # scheduling, polls), so two workers overlap the waits; each worker starts its own Ray cluster, Ray head and
 # PostgreSQL server on free ports, and a module's tests share a worker (--dist loadscope: its module-scoped
-# fixtures, a compose stack or an MLflow server, are built once). It
-# prints its 25 slowest tests (CI's log says where the time goes). pytest's exit status 5 (no test
-# selected) is no failure.
+# fixtures, a compose stack or an MLflow server, are built once), handed out in collection order, longest
+# module first (tests/support/durations.py; --no-loadscope-reorder, or xdist hands out the modules with the
+# most tests first). It prints its 25 slowest tests (CI's log says where the time goes). pytest's exit
+# status 5 (no test selected) is no failure.
 PYTEST := $(BIN)/python -m pytest -q
 UNIT_WORKERS ?= 2
 INTEGRATION_WORKERS ?= 2
 UNIT_TESTS := SMARTUNE_UNIT_GUARD=1 $(PYTEST) -m unit -n $(UNIT_WORKERS)
-INTEGRATION_TESTS := $(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadscope --durations=25
+INTEGRATION_TESTS := $(PYTEST) -n $(INTEGRATION_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 OK_IF_NONE := || [ $$? -eq 5 ]
 
 test: lint
