@@ -21,6 +21,9 @@ def test_a_crowd_gets_no_server_error_and_every_accepted_job_ends(
 ) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the head's token auth, read by the service it starts
     monkeypatch.setenv("SMARTUNE_ENTRYPOINT_PYTHON", sys.executable)  # as make_server: the drivers' venv
+    # One CPU per team: as many jobs at once as the 2-CPU head the benchmark starts by itself would run. On the
+    # 4-CPU session head the crowd otherwise had twice as many dispatched, so twice as many accepted (and run).
+    monkeypatch.setenv("SMARTUNE_DEFAULT_CPU_QUOTA", "1")
     database_url = (
         request.getfixturevalue("postgres").create_database("load") if store == "postgresql" else None
     )
