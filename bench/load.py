@@ -1,8 +1,8 @@
 """`smartune bench load` (see cli/bench_cmd.py): the whole service under a crowd, for real.
 
-A real `smartune serve` (bench/launch.py: uvicorn, the engine, a local Ray head of its own with 2 CPUs, or
-the Ray cluster `--ray-address` names, MLflow in a temporary data directory; the job store on SQLite there, or on the database `--database-url`
-names, e.g. a PostgreSQL of your own) takes `--clients` concurrent clients for `--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
+A real `smartune serve` (bench/launch.py: uvicorn, the engine, a local Ray head of its own with 2 CPUs or
+the Ray cluster `--ray-address` names, MLflow in a temporary data directory; the job store on SQLite there,
+or on the database `--database-url` names, e.g. a PostgreSQL of your own) takes `--clients` concurrent clients for `--seconds`. Each client has its own API key in one of `--teams` teams; it submits a tiny real job (one
 trial of a tiny random BERT on a synthetic RTE-shaped folder) whenever its team's queue has room, and
 otherwise reads one of its team's jobs or lists them. A 429 is obeyed (`Retry-After`). Then every accepted
 job must reach a final state within `--drain-timeout` seconds, each read back from the store.
@@ -224,8 +224,10 @@ def run_load(
         admin, keys = _keys(url, clients, teams)
         server: Served | None = None
         try:
-            attach = {"RAY_ADDRESS": ray_address} if ray_address else {}
-            server = serve(root / "data", database_url=url, **service_env(root, queue_limit), **attach)
+            env = service_env(root, queue_limit)
+            if ray_address:  # a running cluster instead of a head of the service's own
+                env["RAY_ADDRESS"] = ray_address
+            server = serve(root / "data", database_url=url, **env)
             tally = asyncio.run(_load(server.url, keys, seconds))
             accepted = [job for ids in tally.accepted.values() for job in ids]
             states, failures, drained = _drain(server.url, admin, accepted, drain_timeout)

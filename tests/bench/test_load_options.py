@@ -17,7 +17,11 @@ class _Started(Exception):
     """Raised by the stand-in for `serve`: the test needs only what the service would have been given."""
 
 
+KEYS = {bench.load: ("admin", [("t", "k")]), bench.noisy_neighbour: ("admin", [("t", "k")], [("n", "k")])}
+
+
 def _capture(monkeypatch: pytest.MonkeyPatch, module: Any) -> dict[str, Any]:
+    """The benchmark's keys made without a store, and the environment its `serve` would get."""
     seen: dict[str, Any] = {}
 
     def serve(data_dir: Path, **env: Any) -> None:
@@ -25,8 +29,7 @@ def _capture(monkeypatch: pytest.MonkeyPatch, module: Any) -> dict[str, Any]:
         raise _Started
 
     monkeypatch.setattr(module, "serve", serve)
-    monkeypatch.setattr(module, "_keys", lambda *a, **k: ("admin", [("t", "k")]) if module is bench.load
-                        else ("admin", [("t", "k")], [("n", "k")]))  # fmt: skip
+    monkeypatch.setattr(module, "_keys", lambda *_args: KEYS[module])
     return seen
 
 

@@ -1,13 +1,14 @@
 """Longest work first: the xdist tiers start their slowest test modules first, and a run can record how
 long each test took.
 
-pytest-xdist hands out work in collection order (`--dist loadscope --no-loadscope-reorder`: each module is
-one unit, so its module-scoped fixtures are built once; without the flag xdist 3 hands out the modules with the
-most tests first, which put the one-test integration modules, the slowest, last). A module that takes 8 minutes and happens to be collected last starts when the other worker is
-about to finish, and the run waits for it alone. So the collection is ordered by each module's recorded
-time, longest first (the classic longest-processing-time rule); a module's tests stay together and in their
-own order (module-scoped fixtures are built once, and a module's tests may build on each other). Modules
-without a record (new ones) come last, in their usual order.
+pytest-xdist hands out work in collection order (`--dist loadscope --no-loadscope-reorder`: each module is one
+unit, so its module-scoped fixtures are built once; without the flag xdist 3 hands out the modules with the
+most tests first, which put the one-test integration modules, the slowest, last). A module that takes 8
+minutes and happens to be collected last starts when the other worker is about to finish, and the run waits
+for it alone. So the collection is ordered by each module's recorded time, longest first (the classic longest-
+processing-time rule); a module's tests stay together and in their own order (module-scoped fixtures are built
+once, and a module's tests may build on each other). Modules without a record (new ones) come last, in their
+usual order.
 
 The record is `tests/durations.json`: seconds per test id (setup + call + teardown), written by a run with
 `SMARTUNE_TEST_DURATIONS_OUT=FILE` (`make test-durations`). A stale record only changes the order.
