@@ -11,7 +11,10 @@ default):
 - `resolution`: in eval mode, how well each precision reproduces an fp64 reference as the perturbation
   shrinks: the cosine of R_s's parameter gradient and the relative error of its value for a perturbation
   of ±s on every element, and the cosine of the ascent gradient at ν ~ N(0, s²). These numbers set
-  `smart_core.precision.MIN_RESOLVED` and `smart_core.config.MIN_PERTURBATION`.
+  `smart_core.precision.MIN_RESOLVED` and `smart_core.config.MIN_PERTURBATION`. Beside the plain
+  differences, `bf16-linearized`: R_s as `rs_arithmetic: auto` computes it under bf16 autocast (Jδ by a
+  JVP, its quadratic form; the ascent as 2JᵀFJν: smart_core.linearized), which shows where the quadratic
+  model stops holding as s grows.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from bench.stepper import load_model
 from smart_core import ModelFns, Objective, method_config
 from smart_core import precision as precision_module
 from smart_core.divergences import divergence
+from smart_core.linearized import jvp, linear_ascent_gradient, quadratic_divergence
 from worker.training.adapter import EmbeddingAdapter
 
 PROJECTIONS = {"ball": "smart", "renorm": "smart-renorm"}  # method presets, λ_s 1, no teacher (μ = 0)
 MODES = ("independent", "shared", "off")
 PRECISIONS = ("fp32", "bf16-raw", "bf16-trained")
+TABLES = "regulariser,resolution"
 SCALES = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 PARTS = ("r_s", "delta_linf", "step_to_noise", "r_s_control", "ascent_signal", "fp32_step")
 
@@ -111,16 +116,8 @@ def _cosine(a: Tensor, b: Tensor) -> float:
 def _param_grad(
     model: nn.Module, forward: Callable[[Tensor], Tensor], x: Tensor, delta: Tensor
 ) -> tuple[Tensor, float]:
-    params = [p for p in model.parameters() if p.requires_grad]
     r_s = divergence(forward(x + delta), forward(x), regression=False)
-    grads = torch.autograd.grad(r_s, params, allow_unused=True)
-    flat = torch.cat(
-        [
-            (g if g is not None else torch.zeros_like(p)).double().flatten()
-            for g, p in zip(grads, params, strict=True)
-        ]
-    )
-    return flat, float(r_s.detach())
+    return _flat_grad(r_s, model), float(r_s.detach())
 
 
 def _ascent_grad(forward: Callable[[Tensor], Tensor], x: Tensor, nu: Tensor) -> Tensor:
@@ -129,6 +126,29 @@ def _ascent_grad(forward: Callable[[Tensor], Tensor], x: Tensor, nu: Tensor) -> 
         target = forward(x)
     inner = divergence(forward(x + delta), target, regression=False, reduction="sum")
     return torch.autograd.grad(inner, delta)[0].double()
+
+
+def _flat_grad(r_s: Tensor, model: nn.Module) -> Tensor:
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(r_s, params, allow_unused=True)
+    return torch.cat(
+        [
+            (g if g is not None else torch.zeros_like(p)).double().flatten()
+            for g, p in zip(grads, params, strict=True)
+        ]
+    )
+
+
+def _linearized(
+    model: nn.Module, forward: Callable[[Tensor], Tensor], x: Tensor, sign: Tensor, nu: Tensor
+) -> tuple[Tensor, float, Tensor]:
+    """R_s's parameter gradient and value, and the ascent gradient, as `rs_arithmetic: auto` computes them
+    under bf16 autocast (smart_core.linearized)."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        clean, moved = jvp(forward, x, sign)
+        r_s = quadratic_divergence(clean, moved, regression=False)
+        ascent = linear_ascent_gradient(x, nu, None, forward, regression=False)
+    return _flat_grad(r_s, model), float(r_s.detach()), ascent.double()
 
 
 def _variants(device: torch.device) -> list[tuple[str, torch.dtype | None]]:
@@ -180,6 +200,10 @@ def resolution(model: nn.Module, batch: Batch) -> list[dict[str, Any]]:
             row[name] = {"param_grad_cosine": _cosine(grad, ref_grad),
                          "r_s_relative_error": abs(value - ref_value) / ref_value,
                          "ascent_cosine": _cosine(ascent, ref_ascent)}  # fmt: skip
+        grad, value, ascent = _linearized(model, lambda e: low.forward_from_embeddings(batch, e), x, sign, nu)
+        row["bf16-linearized"] = {"param_grad_cosine": _cosine(grad, ref_grad),
+                                  "r_s_relative_error": abs(value - ref_value) / ref_value,
+                                  "ascent_cosine": _cosine(ascent, ref_ascent)}  # fmt: skip
         print(f"[numerics] scale {scale:g}: " + ", ".join(
             f"{n} grad cos {row[n]['param_grad_cosine']:.3f}" for n, _ in _variants(x.device)), file=sys.stderr)  # fmt: skip
         rows.append(row)
@@ -199,7 +223,9 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{f(r['delta_linf'])} | {step} | {f(r['r_s_control'])} | {f(r['ascent_signal'])} | "
                      f"{r['fp32_step']['mean']:.0%} |")  # fmt: skip
     names = [
-        n for n in ("fp32", "bf16", "fp16", "tf32") if result["resolution"] and n in result["resolution"][0]
+        n
+        for n in ("fp32", "bf16", "fp16", "tf32", "bf16-linearized")
+        if result["resolution"] and n in result["resolution"][0]
     ]
     lines += [
         "",
@@ -225,8 +251,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
              "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
              "transformers": transformers.__version__,
              "configs": {p: method_config(m).to_dict() for p, m in PROJECTIONS.items()}}  # fmt: skip
-    return {"setup": setup, "regulariser": regulariser(model, batch, labels, args.draws),
-            "resolution": resolution(model, batch)}  # fmt: skip
+    parts = {p.strip() for p in str(getattr(args, "parts", TABLES)).split(",")}
+    if not parts or parts - set(TABLES.split(",")):
+        raise SystemExit(f"--parts: a comma list of {TABLES}, got {getattr(args, 'parts', '')!r}")
+    return {"setup": setup,
+            "regulariser": regulariser(model, batch, labels, args.draws) if "regulariser" in parts else [],
+            "resolution": resolution(model, batch) if "resolution" in parts else []}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=20, help="noise and dropout draws per cell")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (on CUDA also TF32 matmuls)")
+    parser.add_argument("--parts", default=TABLES, help="which tables to compute")
     parser.add_argument("--json", action="store_true", help="print one JSON object, not markdown tables")
     args = parser.parse_args(argv)
     result = run(args)

@@ -25,3 +25,17 @@ def test_numerics_bench_on_the_tiny_model() -> None:
     assert [r["scale"] for r in result["resolution"]] == list(SCALES)
     assert result["resolution"][-1]["fp32"]["param_grad_cosine"] > 0.999
     assert "| ball | shared | fp32 |" in markdown(result)
+    # The linearised R_s resolves the paper's ε under bf16, where the plain bf16 difference reads noise.
+    paper = next(r for r in result["resolution"] if r["scale"] == 1e-5)
+    assert paper["bf16-linearized"]["param_grad_cosine"] > 0.98
+    assert paper["bf16-linearized"]["r_s_relative_error"] < 0.1
+    assert paper["bf16"]["r_s_relative_error"] >= 0.5  # rounding noise, or nothing at all (1.0)
+    assert "bf16-linearized grad cos" in markdown(result)
+
+
+def test_numerics_runs_only_the_parts_asked_for() -> None:
+    args = argparse.Namespace(
+        model="tiny-random", pairs=2, seq_len=8, draws=1, threads=1, json=True, parts="resolution"
+    )
+    result = run(args)
+    assert result["regulariser"] == [] and len(result["resolution"]) == len(SCALES)
