@@ -16,8 +16,9 @@ through the primal's masks, so `shared` holds within a pass; `independent` (a se
 no such expression and keeps the exact path (smart_core.precision.step_plan).
 
 Two operators need another formulation inside these passes:
-- attention goes through SDPA's math backend, kept at bf16: the fused kernels (flash, memory-efficient, the
-  CPU flash kernel) have no forward-mode derivative (pytorch/pytorch#117629, #128971);
+- attention runs as smart_core.attention's: the fused kernels (flash, memory-efficient, the CPU flash kernel)
+  have no forward-mode derivative (pytorch/pytorch#117629, #128971), and SDPA's math backend, which has one,
+  keeps five or six (B, heads, T, T) tensors per layer for the backward;
 - layer norm runs as its composite (mean, variance, rsqrt) in the pass whose tangent is differentiated with
   respect to the weights: native_layer_norm's forward-mode formula treats its saved mean and rstd as
   constants, so a reverse pass through its tangent misses their dependence on the input and R_s's gradient
@@ -27,37 +28,22 @@ Two operators need another formulation inside these passes:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 from smart_core.adversarial import AdversarialResult, ascend
+from smart_core.attention import LightAttention
 from smart_core.config import MethodConfig
 from smart_core.divergences import Reduction
 from smart_core.perturbation import sizes
 
 ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
 _TINY = 1e-30
-
-
-@contextlib.contextmanager
-def math_attention() -> Iterator[None]:
-    """SDPA through its math backend (bmm + softmax), the one with a forward-mode derivative, at its inputs'
-    precision: by default it computes bf16 and fp16 inputs in fp32, whose matmuls leave the tensor cores
-    (~11% of BERT-base's FLOPs at 512 tokens). The caller's setting (a process-wide flag, read on CPU too) is
-    restored afterwards."""
-    reduced = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()  # type: ignore[no-untyped-call]
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
-    try:
-        with sdpa_kernel([SDPBackend.MATH]):
-            yield
-    finally:
-        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(reduced)
 
 
 def composite_layer_norm(
@@ -109,7 +95,7 @@ def jvp(
     """
     scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
     norms = CompositeLayerNorm() if through_primal else contextlib.nullcontext()
-    with math_attention(), norms:
+    with LightAttention(), norms:
         out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux
     primal, moved = out[0], out[1]
     return primal, moved.float() * scale

@@ -29,12 +29,13 @@ import torch
 from torch import Tensor, nn
 
 from smart_core.adversarial import ascent_signal, exact_ascent_gradient, smoothness_regularizer
+from smart_core.attention import LightAttention
 from smart_core.baselines import freelb_loss, pgd_loss
 from smart_core.bregman import ProximalReference
 from smart_core.config import MethodConfig
 from smart_core.divergences import divergence, task_loss
 from smart_core.dropout import RngState, eval_mode, replaying
-from smart_core.linearized import linear_ascent_gradient, linearized_regularizer, math_attention
+from smart_core.linearized import linear_ascent_gradient, linearized_regularizer
 from smart_core.perturbation import initial_noise
 from smart_core.precision import StepPlan, full_precision, step_arithmetic, step_plan
 
@@ -133,9 +134,9 @@ class Objective:
         x = fns.embed()  # embedded once (autocast leaves it fp32); every forward of this step starts from x
         plan = self._plan(x)
         precision = full_precision(device) if plan.fp32 else contextlib.nullcontext()
-        # A linearised step's forwards all take SDPA's math backend: the JVP passes need it, and `shared`
+        # A linearised step's forwards all take smart_core.attention: the JVP passes need it, and `shared`
         # dropout masks (R_s's, the teacher's) replay only through the same attention kernel.
-        attention = math_attention() if plan.linearized else contextlib.nullcontext()
+        attention = LightAttention() if plan.linearized else contextlib.nullcontext()
         parts: dict[str, Tensor] = {}
         with precision, attention:
             if cfg.uses_smoothness:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import smart_core.linearized
+import smart_core.objective
 import tests.smart_core.test_linearized as lin
 from bench.live_memory import at_batch, method_peaks, no_attention_dropout, peak_live_bytes
 
@@ -80,3 +85,26 @@ def test_the_peak_at_a_batch_size_is_the_larger_of_the_line_and_the_update() -> 
     assert at["smart"] == {"peak_mib": 1430.0, "ratio": pytest.approx(1430.0 / 420.0)}
     assert at_batch(result, 1)["vanilla"]["peak_mib"] == 250.0  # the update's peak
     assert "single" not in at
+
+
+def _math_attention() -> contextlib.AbstractContextManager[None]:
+    return sdpa_kernel([SDPBackend.MATH])  # the backend the JVP needed before smart_core.attention
+
+
+def test_the_linearised_step_no_longer_keeps_the_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 96 tokens and 4 heads a layer's scores are 6x its hidden states per example (BERT-base's 8x at 512):
+    the math backend's five or six of them per layer show in the step's peak."""
+    model, _ = lin.tiny_bert(dropout=0.1)
+    ids = torch.randint(1, 100, (6, 96), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    linearised = "smart+rs_arithmetic=auto+rs_dropout=shared"
+    light = method_peaks(model.train(), linearised, batch, LABELS)["pass"]
+    monkeypatch.setattr(smart_core.objective, "LightAttention", _math_attention)
+    monkeypatch.setattr(smart_core.linearized, "LightAttention", _math_attention)
+    math = method_peaks(model.train(), linearised, batch, LABELS)["pass"]
+    per_layer = (
+        6 * 4 * 96 * 96 * 2
+    )  # bytes of a bf16 (B, heads, T, T) tensor: 6 sequences, 4 heads, 96 tokens
+    assert (
+        math - light >= 2 * 2 * per_layer
+    )  # two of them in each of the 2 layers; measured: 15.3 MB vs 18.0 MB

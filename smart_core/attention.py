@@ -1,0 +1,247 @@
+"""Attention with a forward-mode derivative that keeps no (B, heads, T, T) tensor between a pass and its backward.
+
+A linearised step (smart_core.linearized) pushes a tangent through the model with a JVP. PyTorch's fused
+attention kernels have no forward-mode derivative (pytorch/pytorch#117629, #128971), and SDPA's math backend,
+which has one, keeps its scores, probabilities and their tangents for the backward: five or six
+(B, heads, T, T) tensors per layer, twice the exact fp32 step's whole memory at 512 tokens
+(`python -m bench.live_memory`). Here attention is a `torch.autograd.Function` whose forward and tangent keep
+only q, k, v (and their tangents, B·heads·T·D each) and recompute the T × T part in the backward, one layer at
+a time, as the fused kernels do:
+    O  = dropout(P) V,                    P = softmax(q kᵀ·scale + mask)
+    dO = dropout(dP) V + dropout(P) dV,   dP = P ⊙ (dS − Σ_j P dS),  dS = (dq kᵀ + q dkᵀ)·scale
+The dropout mask comes from a seed drawn from the global generator at the call, so a pass replayed from the
+same random state (`shared` dropout: smart_core.dropout) draws the same masks, and the backward regenerates
+them. Arithmetic: scores at q's dtype, softmax in fp32, the products with V at V's dtype, autocast or not (the
+backward, which may run outside autocast, recomputes exactly what the forward computed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+Mask = Tensor | None  # bool (True: attend) or additive float, broadcastable to (B, heads, Tq, Tk)
+
+
+def _keep(shape: torch.Size, seed: int, p: float, device: torch.device) -> Tensor | None:
+    """The dropout keep-mask (B, heads, Tq, Tk) bool for `seed`, or None without dropout."""
+    if p <= 0.0:
+        return None
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.rand(shape, generator=generator, device=device) >= p
+
+
+def _wide(t: Tensor) -> Tensor:
+    """fp32 at least (fp64 stays fp64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _probabilities(q: Tensor, k: Tensor, mask: Mask, scale: float) -> Tensor:
+    """P = softmax(q kᵀ·scale + mask) (B, heads, Tq, Tk), fp32 at least; a row with every key masked is 0,
+    as in SDPA's math backend."""
+    scores = _wide(q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    return torch.ops.aten._safe_softmax(scores, -1)  # type: ignore[no-any-return]
+
+
+def _dropped(p: Tensor, keep: Tensor | None, rate: float) -> Tensor:
+    return p if keep is None else p * keep / (1.0 - rate)
+
+
+def _output(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, keep: Tensor | None, rate: float, scale: float
+) -> Tensor:
+    with torch.autocast(q.device.type, enabled=False):
+        p = _probabilities(q, k.to(q.dtype), mask, scale)
+        return _dropped(p, keep, rate).to(v.dtype) @ v
+
+
+def _tangent(
+    q: Tensor, k: Tensor, v: Tensor, dq: Tensor, dk: Tensor, dv: Tensor,
+    mask: Mask, keep: Tensor | None, rate: float, scale: float,
+) -> Tensor:  # fmt: skip
+    """dO (B, heads, Tq, D) at V's dtype: the derivative of `_output` along (dq, dk, dv)."""
+    with torch.autocast(q.device.type, enabled=False):
+        k, dq, dk = k.to(q.dtype), dq.to(q.dtype), dk.to(q.dtype)
+        p = _probabilities(q, k, mask, scale)
+        ds = _wide(dq @ k.transpose(-2, -1) + q @ dk.transpose(-2, -1)) * scale
+        dp = p * (ds - (p * ds).sum(dim=-1, keepdim=True))
+        out = _dropped(dp, keep, rate).to(v.dtype) @ v
+        return out + _dropped(p, keep, rate).to(v.dtype) @ dv.to(v.dtype)
+
+
+CHUNK_ELEMENTS = (
+    2**24
+)  # score entries per query chunk: 64 MiB per fp32 (chunk, Tk) tensor, for any B and heads
+ROW_INPUTS = (0, 3)  # q and dq have a row per query; k, v, dk, dv a row per key
+Evaluated = Callable[..., Tensor]  # fn(*tensors, mask, keep) -> (B, heads, chunk, D)
+
+
+def _query_chunks(q: Tensor, k: Tensor) -> list[slice]:
+    """Query rows in chunks of at most CHUNK_ELEMENTS score entries (B·heads·Tk per row)."""
+    per_row = max(1, q[..., 0, 0].numel() * k.shape[-2])
+    size, rows = max(1, CHUNK_ELEMENTS // per_row), q.shape[-2]
+    return [slice(start, min(start + size, rows)) for start in range(0, rows, size)]
+
+
+def _rows(t: Tensor | None, rows: slice, queries: int) -> Tensor | None:
+    """`t`'s rows for these queries; a mask broadcast along the queries (size 1 there) is whole for each."""
+    if t is None or t.dim() < 2 or t.shape[-2] != queries:
+        return t
+    return t[..., rows, :]
+
+
+def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, keep: Tensor | None) -> Tensor:
+    """`fn` over query chunks, without graph: one chunk's scores alive at a time."""
+    queries = tensors[0].shape[-2]
+    parts = []
+    for rows in _query_chunks(tensors[0], tensors[1]):
+        chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(tensors)]
+        parts.append(fn(*chunk, _rows(mask, rows, queries), _rows(keep, rows, queries)))
+    return torch.cat(parts, dim=-2)
+
+
+def _recomputed_grads(
+    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, keep: Tensor | None, grad: Tensor
+) -> list[Tensor]:
+    """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor, recomputing `fn` chunk by chunk so
+    that one chunk's graph is alive at a time."""
+    queries = tensors[0].shape[-2]
+    leaves = [t.detach().requires_grad_(True) for t in tensors]
+    whole: list[Tensor] = [torch.zeros_like(t) for t in leaves]  # k, v, dk, dv: summed over the chunks
+    rows_of: dict[int, list[Tensor]] = {i: [] for i in ROW_INPUTS if i < len(leaves)}
+    for rows in _query_chunks(tensors[0], tensors[1]):
+        with torch.enable_grad():  # a backward runs without grad mode: the slices must be recorded too
+            chunk = [t[..., rows, :] if i in rows_of else t for i, t in enumerate(leaves)]
+            out = fn(*chunk, _rows(mask, rows, queries), _rows(keep, rows, queries))
+        grads = torch.autograd.grad(out, chunk, grad[..., rows, :], allow_unused=True)
+        for i, (g, t) in enumerate(zip(grads, chunk, strict=True)):
+            g = torch.zeros_like(t) if g is None else g
+            if i in rows_of:
+                rows_of[i].append(g)
+            else:
+                whole[i] += g
+    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else g for i, g in enumerate(whole)]
+
+
+class _Attention(torch.autograd.Function):
+    """O from (q, k, v); keeps q, k, v; its JVP is `_AttentionTangent`."""
+
+    @staticmethod
+    def forward(q: Tensor, k: Tensor, v: Tensor, mask: Mask, seed: int, rate: float, scale: float) -> Tensor:
+        keep = _keep(_score_shape(q, k), seed, rate, q.device)
+        return _evaluate(_bound(_output, rate, scale), (q, k, v), mask, keep)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        q, k, v, mask, seed, rate, scale = inputs
+        ctx.save_for_backward(q, k, v, mask)
+        ctx.save_for_forward(q, k, v, mask)
+        ctx.seed, ctx.rate, ctx.scale = seed, rate, scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, mask = ctx.saved_tensors
+        keep = _keep(_score_shape(q, k), ctx.seed, ctx.rate, q.device)
+        grads = _recomputed_grads(_bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, keep, grad)
+        return (*grads, None, None, None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None, *_: Any) -> Tensor:
+        q, k, v, mask = ctx.saved_tensors
+        dq, dk, dv = (torch.zeros_like(t) if d is None else d for t, d in ((q, dq), (k, dk), (v, dv)))
+        out: Tensor = _AttentionTangent.apply(q, k, v, dq, dk, dv, mask, ctx.seed, ctx.rate, ctx.scale)  # type: ignore[no-untyped-call]
+        return out
+
+
+class _AttentionTangent(torch.autograd.Function):
+    """dO from (q, k, v) and their tangents; keeps those six and recomputes P and dS in the backward."""
+
+    @staticmethod
+    def forward(
+        q: Tensor, k: Tensor, v: Tensor, dq: Tensor, dk: Tensor, dv: Tensor,
+        mask: Mask, seed: int, rate: float, scale: float,
+    ) -> Tensor:  # fmt: skip
+        keep = _keep(_score_shape(q, k), seed, rate, q.device)
+        return _evaluate(_bound(_tangent, rate, scale), (q, k, v, dq, dk, dv), mask, keep)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        *tensors, mask, seed, rate, scale = inputs
+        ctx.save_for_backward(*tensors, mask)
+        ctx.seed, ctx.rate, ctx.scale = seed, rate, scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        *tensors, mask = ctx.saved_tensors
+        keep = _keep(_score_shape(tensors[0], tensors[1]), ctx.seed, ctx.rate, tensors[0].device)
+        grads = _recomputed_grads(_bound(_tangent, ctx.rate, ctx.scale), tensors, mask, keep, grad)
+        return (*grads, None, None, None, None)
+
+
+def _bound(fn: Callable[..., Tensor], rate: float, scale: float) -> Evaluated:
+    """`fn(*tensors, mask, keep)` with the dropout rate and the scale fixed."""
+
+    def evaluated(*args: Any) -> Tensor:
+        *tensors, mask, keep = args
+        return fn(*tensors, mask, keep, rate, scale)
+
+    return evaluated
+
+
+def _score_shape(q: Tensor, k: Tensor) -> torch.Size:
+    return torch.Size((*q.shape[:-1], k.shape[-2]))  # (B, heads, Tq, Tk)
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Mask = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """`F.scaled_dot_product_attention`'s contract, computed as the module docstring says."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+    mask = attn_mask
+    if is_causal:
+        tq, tk = query.shape[-2], key.shape[-2]
+        causal = torch.ones(tq, tk, dtype=torch.bool, device=query.device).tril(diagonal=tk - tq)
+        if mask is None:
+            mask = causal
+        elif mask.dtype == torch.bool:
+            mask = mask & causal
+        else:
+            mask = mask.masked_fill(~causal, -math.inf)
+    seed = (
+        int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0.0 else 0
+    )  # CPU generator: no device sync
+    factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    out: Tensor = _Attention.apply(query, key, value, mask, seed, float(dropout_p), factor)  # type: ignore[no-untyped-call]
+    return out
+
+
+class LightAttention(TorchFunctionMode):
+    """Runs `F.scaled_dot_product_attention` as `attention` while active."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if func is F.scaled_dot_product_attention:
+            return attention(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))

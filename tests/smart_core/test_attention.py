@@ -1,0 +1,128 @@
+"""smart_core.attention: SDPA's values and derivatives, forward-mode included, with no T × T tensor kept (issue 28)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import smart_core.attention as attention_module
+from smart_core.attention import LightAttention, attention
+
+B, H, T, D = 2, 4, 7, 8
+CASES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "bool mask": {"attn_mask": torch.ones(B, 1, T, T, dtype=torch.bool).tril(diagonal=2)},
+    "additive mask": {"attn_mask": torch.zeros(B, 1, 1, T, dtype=torch.float64).index_fill(-1, torch.tensor([5, 6]), -1e9)},
+    "causal": {"is_causal": True},
+    "scale": {"scale": 0.3},
+}  # fmt: skip
+
+
+def _inputs(shape: tuple[int, ...] = (B, H, T, D)) -> list[Tensor]:
+    """q, k, v and their tangents, fp64."""
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(*shape, dtype=torch.float64, generator=gen) for _ in range(6)]
+
+
+def _primal_tangent_and_grads(fn: Callable[..., Tensor], inputs: list[Tensor]) -> list[Tensor]:
+    """[O, dO, then the gradient of a loss of both with respect to q, k, v and their tangents]."""
+    leaves = [t.clone().requires_grad_(True) for t in inputs]
+    with sdpa_kernel([SDPBackend.MATH]):  # the reference's only kernel with a forward-mode derivative
+        out, tangent = torch.func.jvp(fn, tuple(leaves[:3]), tuple(leaves[3:]))
+    loss = (tangent**2).sum() + (out * 1.7).sum()
+    return [out.detach(), tangent.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+@pytest.fixture(params=["whole", "chunked"])
+def chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """All query rows at once, or one at a time (the budget below a row's scores: chunks as at 512 tokens)."""
+    if request.param == "chunked":
+        monkeypatch.setattr(attention_module, "CHUNK_ELEMENTS", 1)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_sdpa_in_value_tangent_and_both_gradients(case: str, chunks: str) -> None:
+    kwargs = CASES[case]
+    inputs = _inputs()
+    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, **kwargs), inputs)
+    reference = _primal_tangent_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), inputs
+    )
+    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{case}, {chunks}: {name}")
+
+
+def test_grouped_query_attention_repeats_the_key_heads() -> None:
+    q, k, v = _inputs()[:3]
+    kv = (k[:, :2], v[:, :2])  # 2 key/value heads for 4 query heads
+    ours = attention(q, *kv, enable_gqa=True)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, *kv, enable_gqa=True))
+
+
+def _with_dropout(seed: int) -> Callable[..., Tensor]:
+    def fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        torch.manual_seed(seed)  # the mask's seed comes from the global generator
+        return attention(q, k, v, dropout_p=0.3)
+
+    return fn
+
+
+def test_dropout_replays_from_the_random_state_and_its_derivatives_are_exact(chunks: str) -> None:
+    q, k, v, dq, dk, dv = (t.requires_grad_(True) for t in _inputs((1, 2, 5, 3)))  # small: gradcheck is O(n²)
+    state = torch.get_rng_state()
+    first = attention(q, k, v, dropout_p=0.3)
+    torch.set_rng_state(state)
+    assert torch.equal(
+        first, attention(q, k, v, dropout_p=0.3)
+    )  # `shared` masks: the same state, the same mask
+    assert not torch.allclose(first, attention(q, k, v, dropout_p=0.3))  # the stream moved on: a new mask
+    assert not torch.allclose(first, attention(q, k, v))
+    fn = _with_dropout(5)
+    assert torch.autograd.gradcheck(fn, (q, k, v))  # the backward regenerates the forward's mask
+
+    def tangent(*tensors: Tensor) -> Tensor:
+        return torch.func.jvp(fn, tensors[:3], tensors[3:])[1]
+
+    assert torch.autograd.gradcheck(tangent, (q, k, v, dq, dk, dv))
+    h = 1e-6
+    with torch.no_grad():
+        difference = (fn(q + h * dq, k + h * dk, v + h * dv) - fn(q - h * dq, k - h * dk, v - h * dv)) / (
+            2 * h
+        )
+        torch.testing.assert_close(tangent(q, k, v, dq, dk, dv), difference, rtol=1e-6, atol=1e-8)
+
+
+def _saved_score_shapes(fn: Callable[..., Tensor], t: int) -> list[torch.Size]:
+    """Shapes ending in (t, t) among the tensors a JVP pass saves for its backward."""
+    q, k, v, dq, dk, dv = (torch.randn(1, 2, t, 4, requires_grad=True) for _ in range(6))
+    shapes: list[torch.Size] = []
+
+    def pack(x: Tensor) -> Tensor:
+        if x.dim() >= 2 and tuple(x.shape[-2:]) == (t, t):
+            shapes.append(x.shape)
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), sdpa_kernel([SDPBackend.MATH]):
+        out, tangent = torch.func.jvp(fn, (q, k, v), (dq, dk, dv))
+    ((tangent**2).sum() + out.sum()).backward()
+    return shapes
+
+
+def test_a_jvp_pass_keeps_no_score_sized_tensor() -> None:
+    assert _saved_score_shapes(F.scaled_dot_product_attention, 16)  # the math backend keeps them
+    assert _saved_score_shapes(lambda q, k, v: attention(q, k, v, dropout_p=0.1), 16) == []
+
+
+def test_the_mode_replaces_sdpa_and_nothing_else() -> None:
+    q, k, v = (t.float() for t in _inputs()[:3])
+    with LightAttention():
+        ours = F.scaled_dot_product_attention(q, k, v)
+        assert torch.equal(F.softmax(q, -1), torch.softmax(q, -1))
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v))
