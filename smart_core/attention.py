@@ -5,13 +5,13 @@ attention kernels have no forward-mode derivative (pytorch/pytorch#117629, #1289
 which has one, keeps its scores, probabilities and their tangents for the backward: five or six
 (B, heads, T, T) tensors per layer, twice the exact fp32 step's whole memory at 512 tokens
 (`python -m bench.live_memory`). Here attention is a `torch.autograd.Function` whose forward and tangent keep
-only q, k, v (and their tangents, B·heads·T·D each) and recompute the T × T part in the backward, one layer at
-a time, as the fused kernels do:
+only q, k, v (and their tangents, B·heads·T·D each) and recompute the T × T part in the backward, one layer and
+one chunk of queries at a time (`CHUNK_ELEMENTS`), as the fused kernels do:
     O  = dropout(P) V,                    P = softmax(q kᵀ·scale + mask)
     dO = dropout(dP) V + dropout(P) dV,   dP = P ⊙ (dS − Σ_j P dS),  dS = (dq kᵀ + q dkᵀ)·scale
-The dropout mask comes from a seed drawn from the global generator at the call, so a pass replayed from the
-same random state (`shared` dropout: smart_core.dropout) draws the same masks, and the backward regenerates
-them. Arithmetic: scores at q's dtype, softmax in fp32, the products with V at V's dtype, autocast or not (the
+The dropout masks come from a seed drawn from the global generator at the call, chunk after chunk, so a pass
+replayed from the same random state (`shared` dropout: smart_core.dropout) draws the same masks, and the
+backward, which walks the same chunks, regenerates them. Arithmetic: scores at q's dtype, softmax in fp32, the products with V at V's dtype, autocast or not (the
 backward, which may run outside autocast, recomputes exactly what the forward computed).
 """
 
@@ -29,12 +29,20 @@ from torch.overrides import TorchFunctionMode
 Mask = Tensor | None  # bool (True: attend) or additive float, broadcastable to (B, heads, Tq, Tk)
 
 
-def _keep(shape: torch.Size, seed: int, p: float, device: torch.device) -> Tensor | None:
-    """The dropout keep-mask (B, heads, Tq, Tk) bool for `seed`, or None without dropout."""
-    if p <= 0.0:
-        return None
-    generator = torch.Generator(device=device).manual_seed(seed)
-    return torch.rand(shape, generator=generator, device=device) >= p
+class _Masks:
+    """The dropout keep-masks of one call, chunk after chunk: (B, heads, rows, Tk) bool each, drawn in order from
+    a generator seeded with the call's seed, so the backward, which walks the same chunks, draws the same ones.
+    None without dropout."""
+
+    def __init__(self, q: Tensor, k: Tensor, seed: int, rate: float) -> None:
+        self.shape, self.rate = (*q.shape[:-2], k.shape[-2]), rate
+        self.generator = torch.Generator(device=q.device).manual_seed(seed) if rate > 0.0 else None
+
+    def next(self, rows: slice) -> Tensor | None:
+        if self.generator is None:
+            return None
+        shape = (*self.shape[:-1], rows.stop - rows.start, self.shape[-1])
+        return torch.rand(shape, generator=self.generator, device=self.generator.device) >= self.rate
 
 
 def _wide(t: Tensor) -> Tensor:
@@ -98,18 +106,18 @@ def _rows(t: Tensor | None, rows: slice, queries: int) -> Tensor | None:
     return t[..., rows, :]
 
 
-def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, keep: Tensor | None) -> Tensor:
+def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks) -> Tensor:
     """`fn` over query chunks, without graph: one chunk's scores alive at a time."""
     queries = tensors[0].shape[-2]
     parts = []
     for rows in _query_chunks(tensors[0], tensors[1]):
         chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(tensors)]
-        parts.append(fn(*chunk, _rows(mask, rows, queries), _rows(keep, rows, queries)))
+        parts.append(fn(*chunk, _rows(mask, rows, queries), masks.next(rows)))
     return torch.cat(parts, dim=-2)
 
 
 def _recomputed_grads(
-    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, keep: Tensor | None, grad: Tensor
+    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, grad: Tensor
 ) -> list[Tensor]:
     """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor, recomputing `fn` chunk by chunk so
     that one chunk's graph is alive at a time."""
@@ -120,7 +128,7 @@ def _recomputed_grads(
     for rows in _query_chunks(tensors[0], tensors[1]):
         with torch.enable_grad():  # a backward runs without grad mode: the slices must be recorded too
             chunk = [t[..., rows, :] if i in rows_of else t for i, t in enumerate(leaves)]
-            out = fn(*chunk, _rows(mask, rows, queries), _rows(keep, rows, queries))
+            out = fn(*chunk, _rows(mask, rows, queries), masks.next(rows))
         grads = torch.autograd.grad(out, chunk, grad[..., rows, :], allow_unused=True)
         for i, (g, t) in enumerate(zip(grads, chunk, strict=True)):
             g = torch.zeros_like(t) if g is None else g
@@ -136,8 +144,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(q: Tensor, k: Tensor, v: Tensor, mask: Mask, seed: int, rate: float, scale: float) -> Tensor:
-        keep = _keep(_score_shape(q, k), seed, rate, q.device)
-        return _evaluate(_bound(_output, rate, scale), (q, k, v), mask, keep)
+        return _evaluate(_bound(_output, rate, scale), (q, k, v), mask, _Masks(q, k, seed, rate))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -149,8 +156,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, mask = ctx.saved_tensors
-        keep = _keep(_score_shape(q, k), ctx.seed, ctx.rate, q.device)
-        grads = _recomputed_grads(_bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, keep, grad)
+        masks = _Masks(q, k, ctx.seed, ctx.rate)
+        grads = _recomputed_grads(_bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, masks, grad)
         return (*grads, None, None, None, None)
 
     @staticmethod
@@ -169,8 +176,7 @@ class _AttentionTangent(torch.autograd.Function):
         q: Tensor, k: Tensor, v: Tensor, dq: Tensor, dk: Tensor, dv: Tensor,
         mask: Mask, seed: int, rate: float, scale: float,
     ) -> Tensor:  # fmt: skip
-        keep = _keep(_score_shape(q, k), seed, rate, q.device)
-        return _evaluate(_bound(_tangent, rate, scale), (q, k, v, dq, dk, dv), mask, keep)
+        return _evaluate(_bound(_tangent, rate, scale), (q, k, v, dq, dk, dv), mask, _Masks(q, k, seed, rate))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -181,8 +187,8 @@ class _AttentionTangent(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         *tensors, mask = ctx.saved_tensors
-        keep = _keep(_score_shape(tensors[0], tensors[1]), ctx.seed, ctx.rate, tensors[0].device)
-        grads = _recomputed_grads(_bound(_tangent, ctx.rate, ctx.scale), tensors, mask, keep, grad)
+        masks = _Masks(tensors[0], tensors[1], ctx.seed, ctx.rate)
+        grads = _recomputed_grads(_bound(_tangent, ctx.rate, ctx.scale), tensors, mask, masks, grad)
         return (*grads, None, None, None, None)
 
 
@@ -194,10 +200,6 @@ def _bound(fn: Callable[..., Tensor], rate: float, scale: float) -> Evaluated:
         return fn(*tensors, mask, keep, rate, scale)
 
     return evaluated
-
-
-def _score_shape(q: Tensor, k: Tensor) -> torch.Size:
-    return torch.Size((*q.shape[:-1], k.shape[-2]))  # (B, heads, Tq, Tk)
 
 
 def attention(
