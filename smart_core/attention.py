@@ -85,9 +85,9 @@ def _tangent(
         return out + _dropped(p, keep, rate).to(v.dtype) @ dv.to(v.dtype)
 
 
-CHUNK_ELEMENTS = (
-    2**24
-)  # score entries per query chunk: 64 MiB per fp32 (chunk, Tk) tensor, for any B and heads
+# Score entries per query chunk: a chunk's recomputed graph holds about eight (B, heads, chunk, Tk) tensors,
+# 16 MiB each in fp32, whatever B and the heads.
+CHUNK_ELEMENTS = 2**22
 ROW_INPUTS = (0, 3)  # q and dq have a row per query; k, v, dk, dv a row per key
 Evaluated = Callable[..., Tensor]  # fn(*tensors, mask, keep) -> (B, heads, chunk, D)
 

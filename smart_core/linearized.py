@@ -19,7 +19,7 @@ Two operators need another formulation inside these passes:
 - attention runs as smart_core.attention's: the fused kernels (flash, memory-efficient, the CPU flash kernel)
   have no forward-mode derivative (pytorch/pytorch#117629, #128971), and SDPA's math backend, which has one,
   keeps five or six (B, heads, T, T) tensors per layer for the backward;
-- layer norm runs as its composite (mean, variance, rsqrt) in the pass whose tangent is differentiated with
+- layer norm runs as smart_core.layer_norm's in the pass whose tangent is differentiated with
   respect to the weights: native_layer_norm's forward-mode formula treats its saved mean and rstd as
   constants, so a reverse pass through its tangent misses their dependence on the input and R_s's gradient
   to every weight before the last layer norm is wrong (cosine 0.7-0.9 on a tiny BERT; pytorch/pytorch#196700).
@@ -40,35 +40,15 @@ from smart_core.adversarial import AdversarialResult, ascend
 from smart_core.attention import LightAttention
 from smart_core.config import MethodConfig
 from smart_core.divergences import Reduction
+from smart_core.layer_norm import layer_norm
 from smart_core.perturbation import sizes
 
 ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
 _TINY = 1e-30
 
 
-def composite_layer_norm(
-    input: Tensor,
-    normalized_shape: Sequence[int],
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-    *_: Any,
-) -> Tensor:
-    """F.layer_norm written out, at the dtype autocast gives layer norm (fp32 at least under autocast)."""
-    dtype = input.dtype
-    if torch.is_autocast_enabled(input.device.type):
-        dtype = torch.promote_types(dtype, torch.float32)
-    x = input.to(dtype)
-    dims = tuple(range(-len(normalized_shape), 0))  # the trailing normalised dimensions
-    centred = x - x.mean(dim=dims, keepdim=True)
-    out = centred * torch.rsqrt(centred.pow(2).mean(dim=dims, keepdim=True) + eps)
-    if weight is not None:
-        out = out * weight.to(dtype)
-    return out + bias.to(dtype) if bias is not None else out
-
-
-class CompositeLayerNorm(TorchFunctionMode):
-    """Runs F.layer_norm and torch.layer_norm as `composite_layer_norm` (module docstring)."""
+class LightLayerNorm(TorchFunctionMode):
+    """Runs F.layer_norm and torch.layer_norm as smart_core.layer_norm's (module docstring)."""
 
     def __torch_function__(
         self,
@@ -78,7 +58,7 @@ class CompositeLayerNorm(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         if func is F.layer_norm or func is torch.layer_norm:
-            return composite_layer_norm(*args, **(kwargs or {}))
+            return layer_norm(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
 
 
@@ -88,13 +68,13 @@ def jvp(
     """(f(x), J·tangent) from one pass, both with whatever graph x, the weights and `tangent` carry.
 
     `through_primal`: a reverse pass will differentiate the tangent with respect to x or the weights (R_s's
-    parameter gradient), so layer norms run as their composite; False when only `tangent` is differentiated
+    parameter gradient), so layer norms run as smart_core.layer_norm's; False when only `tangent` is differentiated
     (the ascent's VJP), which the fused layer norm gets right. The tangent enters at unit RMS and is scaled
     back in fp32 after: J is linear, and a 1e-5 tangent would sit near fp16's subnormals. Outputs: the primal
     at the forward's dtype, the tangent in fp32, each (B, C) or (B,).
     """
     scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
-    norms = CompositeLayerNorm() if through_primal else contextlib.nullcontext()
+    norms = LightLayerNorm() if through_primal else contextlib.nullcontext()
     with LightAttention(), norms:
         out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux
     primal, moved = out[0], out[1]

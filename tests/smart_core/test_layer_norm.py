@@ -1,0 +1,93 @@
+"""smart_core.layer_norm: layer norm whose tangent's reverse pass sees the statistics, keeping only x and dx."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from smart_core.layer_norm import layer_norm
+
+H = 16
+
+
+def written_out(
+    x: Tensor, shape: Sequence[int], w: Tensor | None, b: Tensor | None, eps: float = 1e-5
+) -> Tensor:
+    """Layer norm as plain ops: the reference whose every derivative autograd gets right."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    out = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+    out = out * w if w is not None else out
+    return out + b if b is not None else out
+
+
+def _all(norm: Callable[..., Tensor], affine: bool) -> list[Tensor]:
+    """[y, dy, then the gradient of a loss of both with respect to x, dx, w, b]: the weights enter as a model's do,
+    outside the JVP's inputs, as the linearised step's final pass sees them."""
+    gen = torch.Generator().manual_seed(0)
+    x, dx = (torch.randn(3, 5, H, dtype=torch.float64, generator=gen) for _ in range(2))
+    leaves = [x.requires_grad_(True), dx.requires_grad_(True)]
+    if affine:
+        leaves += [torch.randn(H, dtype=torch.float64, generator=gen).requires_grad_(True) for _ in range(2)]
+    weights = leaves[2:] if affine else [None, None]
+    out, tangent = torch.func.jvp(lambda a: norm(a, (H,), *weights), (leaves[0],), (leaves[1],))
+    loss = (tangent**2).sum() + (out * 1.3).sum()
+    return [out.detach(), tangent.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_matches_the_written_out_norm_in_value_tangent_and_gradients(affine: bool) -> None:
+    for a, b in zip(_all(layer_norm, affine), _all(written_out, affine), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_the_fused_norm_gets_the_tangents_reverse_pass_wrong_and_this_one_does_not() -> None:
+    fused = _all(F.layer_norm, affine=True)
+    ours, reference = _all(layer_norm, affine=True), _all(written_out, affine=True)
+    assert not torch.allclose(
+        fused[2], reference[2]
+    )  # ∂/∂x through the tangent: the statistics held constant
+    torch.testing.assert_close(ours[2], reference[2])
+
+
+def test_gradcheck_through_the_tangent() -> None:
+    gen = torch.Generator().manual_seed(1)
+    tensors = [torch.randn(*shape, dtype=torch.float64, generator=gen, requires_grad=True)
+               for shape in ((2, 3, 6), (2, 3, 6), (6,), (6,))]  # fmt: skip
+
+    def tangent(x: Tensor, dx: Tensor, w: Tensor, b: Tensor) -> Tensor:
+        return torch.func.jvp(lambda a: layer_norm(a, (6,), w, b), (x,), (dx,))[1]
+
+    assert torch.autograd.gradcheck(tangent, tensors)
+
+
+def _saved_token_tensors(norm: Callable[..., Tensor]) -> int:
+    """How many (B, T, H) tensors a JVP pass through `norm` keeps for its backward."""
+    x, dx = torch.randn(2, 4, H, requires_grad=True), torch.randn(2, 4, H, requires_grad=True)
+    w, b = torch.randn(H, requires_grad=True), torch.randn(H, requires_grad=True)
+    saved = 0
+
+    def pack(t: Tensor) -> Tensor:
+        nonlocal saved
+        saved += t.shape == x.shape
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, tangent = torch.func.jvp(lambda a: norm(a, (H,), w, b), (x,), (dx,))
+    ((tangent**2).sum() + out.sum()).backward()
+    return saved
+
+
+def test_keeps_only_its_input_and_tangent() -> None:
+    assert _saved_token_tensors(layer_norm) <= 3  # x and dx, x again for the primal's backward
+    assert _saved_token_tensors(written_out) > 6
+
+
+def test_under_autocast_it_computes_in_fp32_as_layer_norm_does() -> None:
+    x = torch.randn(2, 3, H).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer_norm(x, (H,), torch.ones(H), torch.zeros(H)).dtype == torch.float32
+    assert layer_norm(x, (H,)).dtype == torch.bfloat16
