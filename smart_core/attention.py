@@ -24,7 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
+
+from smart_core.substitution import Substituting
 
 Mask = Tensor | None  # bool (True: attend) or additive float, broadcastable to (B, heads, Tq, Tk)
 
@@ -234,16 +235,7 @@ def attention(
     return out
 
 
-class LightAttention(TorchFunctionMode):
+class LightAttention(Substituting):
     """Runs `F.scaled_dot_product_attention` as `attention` while active."""
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Sequence[type],
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        if func is F.scaled_dot_product_attention:
-            return attention(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+    replacements = {F.scaled_dot_product_attention: attention}

@@ -28,13 +28,11 @@ Two operators need another formulation inside these passes:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
 from smart_core.adversarial import AdversarialResult, ascend
 from smart_core.attention import LightAttention
@@ -42,24 +40,16 @@ from smart_core.config import MethodConfig
 from smart_core.divergences import Reduction
 from smart_core.layer_norm import layer_norm
 from smart_core.perturbation import sizes
+from smart_core.substitution import Substituting
 
 ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
 _TINY = 1e-30
 
 
-class LightLayerNorm(TorchFunctionMode):
+class LightLayerNorm(Substituting):
     """Runs F.layer_norm and torch.layer_norm as smart_core.layer_norm's (module docstring)."""
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Sequence[type],
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        if func is F.layer_norm or func is torch.layer_norm:
-            return layer_norm(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+    replacements = {F.layer_norm: layer_norm, torch.layer_norm: layer_norm}
 
 
 def jvp(
