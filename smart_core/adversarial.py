@@ -15,11 +15,12 @@ The ascent gradient is a parameter (`GradientFn`): the exact one here, or its li
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from smart_core.config import MethodConfig
 from smart_core.divergences import divergence
@@ -53,6 +54,38 @@ def exact_ascent_gradient(
     inner = divergence(perturbed, target, regression=regression, reduction="sum")
     (grad,) = torch.autograd.grad(inner, delta)
     return grad.float()
+
+
+@contextlib.contextmanager
+def weights_frozen(module: nn.Module | None) -> Iterator[None]:
+    """Within: `module`'s trainable weights do not require grad (restored after, even on error).
+
+    The ascent differentiates with respect to δ only. With the weights requiring grad, autograd also
+    keeps what their gradients would need: every matmul's input activation (and, in a JVP pass, its
+    tangent), about as much again as the input gradient needs. Frozen, a matmul keeps nothing of
+    activation size (its input gradient needs only the weight)."""
+    trainable = [p for p in module.parameters() if p.requires_grad] if module is not None else []
+    try:
+        for p in trainable:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
+
+
+def input_gradient_only(gradient: GradientFn, module: nn.Module | None) -> GradientFn:
+    """`gradient` run with `module`'s weights frozen (weights_frozen): the same δ gradient, a smaller graph."""
+    if module is None:
+        return gradient
+
+    def frozen(
+        x: Tensor, delta: Tensor, target: Tensor | None, forward: ForwardFn, regression: bool
+    ) -> Tensor:
+        with weights_frozen(module):
+            return gradient(x, delta, target, forward, regression)
+
+    return frozen
 
 
 def ascend(

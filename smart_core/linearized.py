@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from smart_core.adversarial import AdversarialResult, ascend
+from smart_core.adversarial import AdversarialResult, GradientFn, ascend
 from smart_core.attention import LightAttention
 from smart_core.config import MethodConfig
 from smart_core.divergences import Reduction
@@ -119,13 +119,15 @@ def linearized_regularizer(
     *,
     outer_forward: ForwardFn | None = None,
     noise: Tensor | None = None,
+    gradient: GradientFn = linear_ascent_gradient,
 ) -> tuple[Tensor, AdversarialResult]:
     """R_s with its ascent and its value linearised: (f(x) (B, C) or (B,), the JVP pass's primal with graph;
     R_s = (1/B) Σ_i (J δ_i)ᵀ F_i (J δ_i), with graph through J and F). `forward` runs the ascent's passes,
     `outer_forward` (default `forward`) the final one: under `shared` dropout the ascent replays the masks
-    that the final pass, the step's clean forward, draws. `noise`: ν already drawn (else drawn here)."""
+    that the final pass, the step's clean forward, draws. `noise`: ν already drawn (else drawn here).
+    `gradient`: the ascent's (linear_ascent_gradient, or it with the weights frozen)."""
     delta, step_to_noise, finite = ascend(
-        x, None, forward, mask, config, regression, generator, gradient=linear_ascent_gradient, noise=noise
+        x, None, forward, mask, config, regression, generator, gradient=gradient, noise=noise
     )
     reference, moved = jvp(outer_forward or forward, x, delta)
     r_s = quadratic_divergence(reference, moved, regression=regression) * finite

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from smart_core.adversarial import ascent_signal, exact_ascent_gradient, smoothness_regularizer
+from smart_core.adversarial import (
+    ascent_signal,
+    exact_ascent_gradient,
+    input_gradient_only,
+    smoothness_regularizer,
+    weights_frozen,
+)
 from smart_core.attention import LightAttention
 from smart_core.baselines import freelb_loss, pgd_loss
 from smart_core.bregman import ProximalReference
@@ -183,19 +189,23 @@ class Objective:
                 x_rs = fns.embed()  # without the embedding's dropout either (draws nothing)
         if cfg.diagnostics_every and self.steps % cfg.diagnostics_every == 0:
             parts |= self._diagnostics(fns, x_rs, forward, plan)  # before any graph of this step exists
+        # The ascent needs δ's gradient only: the weights are frozen for it, so its graph keeps no
+        # activations for their gradients (smart_core.adversarial.weights_frozen).
+        gradient = input_gradient_only(
+            linear_ascent_gradient if plan.linear_ascent else exact_ascent_gradient, self.module
+        )
         if plan.linear_outer:
             clean = fns.forward(x) if mode == "off" else None
             # `shared`: the final JVP pass is the clean forward itself, drawing the masks the ascent replayed.
             reference, adv = linearized_regularizer(
                 x_rs, forward, fns.mask, cfg, self.regression, self.generator,
-                outer_forward=forward if mode == "off" else fns.forward, noise=noise,
+                outer_forward=forward if mode == "off" else fns.forward, noise=noise, gradient=gradient,
             )  # fmt: skip
             clean = reference if clean is None else clean
         else:
             clean = fns.forward(x)
             # `off`: with graph, R_s's gradient reaches the weights through both sides
             reference = forward(x_rs) if mode == "off" else clean
-            gradient = linear_ascent_gradient if plan.linear_ascent else exact_ascent_gradient
             adv = smoothness_regularizer(
                 x_rs, reference, forward, fns.mask, cfg, self.regression, self.generator, gradient=gradient
             )
@@ -227,9 +237,10 @@ class Objective:
                 reference = forward(x.detach())
                 out["r_s_control"] = divergence(forward(x.detach()), reference, regression=self.regression)
             if cfg.ascent_steps > 0 and cfg.sigma > 0 and not plan.linear_ascent:
-                out["ascent_signal"] = ascent_signal(
-                    x, reference, forward, fns.mask, cfg, self.regression, self.generator
-                )
+                with weights_frozen(self.module):  # input gradients only: no activation kept for the weights
+                    out["ascent_signal"] = ascent_signal(
+                        x, reference, forward, fns.mask, cfg, self.regression, self.generator
+                    )
         if self.generator is not None and noise_state is not None:
             self.generator.set_state(noise_state)
         return out

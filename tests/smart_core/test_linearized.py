@@ -246,6 +246,32 @@ def test_which_path_ran_is_a_component(overrides: dict, fp32: float, linearized:
     assert parts["fp32_step"].item() == fp32 and parts["linearized_step"].item() == linearized
 
 
+@pytest.mark.parametrize("overrides", [{}, {"rs_arithmetic": "auto"}], ids=["exact", "linearised"])
+def test_the_ascent_runs_with_the_weights_frozen(overrides: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The objective's ascent takes δ's gradient only, so it runs with no weight requiring grad (its graph
+    keeps no activation for a weight's gradient); the step's own passes see them trainable again."""
+    cfg = (
+        SETTINGS["ball"].with_overrides(**overrides)
+        if overrides
+        else SETTINGS["ball"].with_overrides(rs_arithmetic="fp32")
+    )
+    model, batch = tiny_bert()
+    seen: list[bool] = []
+    for name in ("exact_ascent_gradient", "linear_ascent_gradient"):
+        inner = getattr(smart_core.objective, name)
+
+        def spy(*args: object, inner: object = inner) -> Tensor:
+            seen.append(any(p.requires_grad for p in model.parameters()))
+            return inner(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(smart_core.objective, name, spy)
+    _, grads, parts = objective_r_s(model, batch, cfg, autocast=True)
+    assert parts["linearized_step"].item() == (1.0 if overrides else 0.0)
+    assert seen == [False]  # one ascent step, no weight trainable during it
+    assert all(p.requires_grad for p in model.parameters())
+    assert sum(g.abs().sum().item() for g in grads) > 0  # the outer pass still reaches the weights
+
+
 def test_linearized_refuses_independent_dropout() -> None:
     with pytest.raises(ValueError, match="independent"):
         method_config("smart", rs_arithmetic="linearized")

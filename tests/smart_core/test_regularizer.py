@@ -7,7 +7,12 @@ import torch
 from torch import Tensor, nn
 
 from smart_core import MethodConfig, ascend, divergence, smoothness_regularizer
-from smart_core.adversarial import ascent_signal
+from smart_core.adversarial import (
+    ascent_signal,
+    exact_ascent_gradient,
+    input_gradient_only,
+    weights_frozen,
+)
 
 from . import reference as ref
 from .toy import ToyEncoder, toy_batch
@@ -220,6 +225,42 @@ def test_input_gradient_pass_leaves_parameter_grads_untouched() -> None:
         p.grad = torch.full_like(p, 0.5)
     ascend(x, clean, lambda e: model.from_embeddings(e, mask), mask, MethodConfig(ascent_steps=2), False)
     assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())
+
+
+def test_weights_frozen_freezes_the_trainable_weights_and_restores_them_even_on_error() -> None:
+    model = ToyEncoder()
+    fixed = next(iter(model.parameters()))
+    fixed.requires_grad_(False)  # a weight frozen by the user (LoRA's base weights) stays frozen
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable
+    with pytest.raises(RuntimeError, match="inside"), weights_frozen(model):
+        assert not any(p.requires_grad for p in model.parameters())
+        raise RuntimeError("inside")
+    assert all(p.requires_grad for p in trainable) and not fixed.requires_grad
+    with weights_frozen(None):  # no module: nothing to freeze
+        pass
+
+
+def test_a_frozen_ascent_gradient_is_the_same_with_a_smaller_graph() -> None:
+    model, _, mask, x, clean = _setup(torch.float64)
+    forward = lambda e: model.from_embeddings(e, mask)  # noqa: E731
+    delta = _noise(x.shape, mask, 1e-3, seed=3)
+    saved: dict[bool, int] = {}
+    grads: dict[bool, Tensor] = {}
+    for frozen in (False, True):
+        gradient = input_gradient_only(exact_ascent_gradient, model) if frozen else exact_ascent_gradient
+        count = [0]
+
+        def pack(t: Tensor, count: list[int] = count) -> Tensor:
+            count[0] += 0 if isinstance(t, nn.Parameter) else t.numel()  # a weight costs nothing more
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            got = gradient(x.detach(), delta, clean.detach(), forward, False)
+        saved[frozen], grads[frozen] = count[0], got
+    torch.testing.assert_close(grads[True], grads[False], rtol=0, atol=0)
+    assert all(p.requires_grad for p in model.parameters())
+    assert saved[True] < saved[False], saved  # the weights' gradients would have kept their inputs
 
 
 class _NanGrad(torch.autograd.Function):
