@@ -11,6 +11,7 @@ operands, autocast-cast). Elementwise work is not counted: it is memory-bound an
 from __future__ import annotations
 
 import copy
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
+from bench import sync
 from bench.stepper import Stepper
 
 aten = torch.ops.aten
@@ -56,27 +58,66 @@ class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.flops[dtype] += int(formula(*args, **kwargs, out_val=out))
         return out
 
+    def total(self) -> int:
+        """Every counted FLOP, whatever its dtype."""
+        return sum(self.flops.values())
+
     def share(self, dtype: torch.dtype) -> float:
         """The fraction of the counted FLOPs that ran at `dtype` (0 when nothing was counted)."""
         total = sum(self.flops.values())
         return self.flops.get(dtype, 0) / total if total else 0.0
 
 
-def bf16_share(loss: Callable[[], Tensor], device: torch.device) -> float:
-    """The share of a training step's matmul FLOPs that runs at bf16 when its forward (`loss()`) runs under bf16
-    autocast on `device` and its backward after, outside autocast, as worker/training/loop.py runs them."""
+def step_flops(loss: Callable[[], Tensor], device: torch.device) -> DtypeFlops:
+    """The matmul FLOPs of a training step by dtype, its forward (`loss()`) under bf16 autocast on `device` and
+    its backward after, outside autocast, as worker/training/loop.py runs them."""
     counter = DtypeFlops()
     with counter:
         with torch.autocast(device.type, dtype=torch.bfloat16):
             value = loss()
         value.backward()  # type: ignore[no-untyped-call]
-    return counter.share(torch.bfloat16)
+    return counter
+
+
+def bf16_share(loss: Callable[[], Tensor], device: torch.device) -> float:
+    """The share of `step_flops` that runs at bf16."""
+    return step_flops(loss, device).share(torch.bfloat16)
+
+
+def method_flops(
+    model: nn.Module, method: str, batch: Mapping[str, Tensor], labels: Tensor, device: torch.device
+) -> DtypeFlops:
+    """`step_flops` of one step of `method` (a bench.stepper variant) on a copy of `model`, which is left as
+    it was."""
+    stepper = Stepper(copy.deepcopy(model), method, device)
+    return step_flops(lambda: stepper.loss(dict(batch), labels), device)
 
 
 def method_bf16_share(
     model: nn.Module, method: str, batch: Mapping[str, Tensor], labels: Tensor, device: torch.device
 ) -> float:
-    """`bf16_share` of one step of `method` (a bench.stepper variant) on a copy of `model`, which is left as
-    it was."""
-    stepper = Stepper(copy.deepcopy(model), method, device)
-    return bf16_share(lambda: stepper.loss(dict(batch), labels), device)
+    """The share of `method_flops` that runs at bf16."""
+    return method_flops(model, method, batch, labels, device).share(torch.bfloat16)
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 5) -> float:
+    """The device's measured matmul rate at `dtype` (FLOP/s): the best of `repeats` square matmuls of `size`
+    (8192 on a GPU, 1024 on CPU), after one untimed. MFU's denominator: what this chip reaches at all, not its
+    data sheet. fp32 at "highest" (no TF32), as SMART's exact step runs."""
+    size = size or (8192 if device.type == "cuda" else 1024)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    matmul = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        best = float("inf")
+        for i in range(repeats + 1):
+            sync(device)
+            start = time.perf_counter()
+            torch.mm(a, b)
+            sync(device)
+            if i:
+                best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+    return 2.0 * size**3 / best

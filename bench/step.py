@@ -11,6 +11,10 @@ the LR schedule.
 - `flops_bf16_share`: the share of one step's matmul FLOPs that runs at bf16 when its forward runs under bf16
   autocast (bench/flops.py), one untimed step per method on a model copy of its own: tensor-core use, read on
   any device (SMART's exact fp32 path: 0).
+- `mfu`: those FLOPs per second of the timed step over the device's measured matmul rate at the run's
+  precision (`setup.matmul_tflops`: bench.flops.matmul_rate, bf16 for `--precision bf16`).
+- `--precision bf16`: every step's loss under bf16 autocast, its backward after (as the worker trains);
+  `--compile`: each copy's encoder compiled as `compile: true` compiles it. The memory children do the same.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import transformers
 from torch import Tensor
 
 from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, timed
-from bench.flops import method_bf16_share
+from bench.flops import matmul_rate, method_flops
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from bench.stepper import PEER, Stepper, load_model, parse_variant
 from worker.training.adapter import EmbeddingAdapter
@@ -100,7 +104,10 @@ def memory_note(device: torch.device) -> str:
             "/proc/self/clear_refs) minus VmRSS at the baseline")  # fmt: skip
 
 
-def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, device: torch.device) -> float:
+def child_memory(
+    method: str, model_name: str, batch_size: int, seq_len: int, device: torch.device, precision: str = "fp32",
+    compile: bool = False,
+) -> float:  # fmt: skip
     """Peak MiB above the baseline over MEMORY_STEPS updates of `method` (run in a fresh process).
 
     Baseline: after the model is loaded and moved and one no-grad warm-up forward has run; the stepper
@@ -121,7 +128,7 @@ def child_memory(method: str, model_name: str, batch_size: int, seq_len: int, de
         base = _status_kb("VmRSS") * 1024
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM (the peak RSS) to the current RSS
-    stepper = Stepper(model, method, device)
+    stepper = Stepper(model, method, device, precision=precision, compile=compile)
     for _ in range(MEMORY_STEPS):
         stepper.step(batch, labels)
     sync(device)
@@ -140,7 +147,8 @@ def measure_memory(methods: list[str], args: argparse.Namespace, device: torch.d
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     cmd = [sys.executable, "-m", "bench.step", "--model", args.model, "--batch-size", str(args.batch_size),
-           "--seq-len", str(args.seq_len), "--device", device.type, "--threads", str(torch.get_num_threads())]  # fmt: skip
+           "--seq-len", str(args.seq_len), "--device", device.type, "--threads", str(torch.get_num_threads()),
+           "--precision", getattr(args, "precision", "fp32"), *(["--compile"] if getattr(args, "compile", False) else [])]  # fmt: skip
     peaks: dict[str, float] = {}
     for start in range(0, len(methods), MEMORY_PARALLEL):
         group = methods[start : start + MEMORY_PARALLEL]
@@ -207,15 +215,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     except ImportError as err:
         peer_error = f"smart-pytorch not installed ({err}): pip install 'smartune[bench]'"
     timed = methods + ([PEER] if peer_error is None else [])
-    steppers = {m: Stepper(copy.deepcopy(model), m, device) for m in timed}
+    precision, compiled = getattr(args, "precision", "fp32"), bool(getattr(args, "compile", False))
+    steppers = {
+        m: Stepper(copy.deepcopy(model), m, device, precision=precision, compile=compiled) for m in timed
+    }
     times, clean = time_interleaved(steppers, batch, labels, args.steps, device)
     del steppers
     step_s = {m: clean_median(times[m], clean[m]) for m in times}
     peak = measure_memory(methods, args, device)
-    shares = {m: method_bf16_share(model, m, batch, labels, device) for m in methods}
+    flops = {m: method_flops(model, m, batch, labels, device) for m in methods}
+    rate = matmul_rate(device, torch.bfloat16 if precision == "bf16" else torch.float32)
     results = {
         m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
-            "mem_ratio": peak[m] / peak["vanilla"], "flops_bf16_share": shares[m]}
+            "mem_ratio": peak[m] / peak["vanilla"], "flops_bf16_share": flops[m].share(torch.bfloat16),
+            "matmul_gflop": flops[m].total() / 1e9, "mfu": flops[m].total() / step_s[m] / rate}
         for m in methods
     }  # fmt: skip
     for m, seconds in amortized(step_s).items():
@@ -245,6 +258,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_1min": {"start": load_start, "end": os.getloadavg()[0]},  # well above `threads`: shared CPUs
         "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
         "batch_size": args.batch_size, "seq_len": args.seq_len, "batch_source": source,
+        "precision": precision, "compile": compiled, "matmul_tflops": rate / 1e12,
         "steps": args.steps, "warmup_rounds": WARMUP_ROUNDS, "contention_limit_cpus": CONTENTION_LIMIT,
         "timing_contended": min(map(sum, clean.values())) < args.steps, **METHODOLOGY,
         "memory": memory_note(device), "memory_steps": MEMORY_STEPS,
@@ -275,10 +289,14 @@ def _child_main(argv: list[str]) -> int:
     parser.add_argument("--seq-len", type=int, required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--compile", action="store_true")
     a = parser.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    peak = child_memory(a.child, a.model, a.batch_size, a.seq_len, torch.device(a.device))
+    peak = child_memory(
+        a.child, a.model, a.batch_size, a.seq_len, torch.device(a.device), a.precision, a.compile
+    )
     print(json.dumps({"method": a.child, "peak_mb": peak}))
     return 0
 

@@ -10,6 +10,7 @@ method), research.memory (the memory estimate's measurements) and research.numer
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -20,17 +21,20 @@ from torch import Tensor, nn
 
 from bench.padding import Batch
 from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
+from smart_core.integrations.embedding import compile_encoder
 from worker.training.adapter import EmbeddingAdapter
 from worker.training.models import resolve_model
 
 PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}  # -> the autocast dtype
 
 
 def parse_variant(label: str) -> MethodConfig:
-    """A method preset with overrides: `smart`, `smart+rs_dropout=shared`, `smart+diagnostics_every=1`."""
-    name, *settings = label.split("+")
+    """A method preset with overrides: `smart`, `smart+rs_dropout=shared`, `smart+diagnostics_every=1`; a
+    `@TAG` suffix (`vanilla@again`) names a twin of the same method: timed beside it, it shows the noise."""
+    name, *settings = label.partition("@")[0].split("+")
     if name not in METHOD_PRESETS:
         raise ValueError(f"unknown method {name!r} in {label!r}; known: {', '.join(METHOD_PRESETS)}")
     overrides: dict[str, Any] = {}
@@ -57,8 +61,23 @@ def load_model(name: str, num_labels: int = 2) -> tuple[nn.Module, Any]:
 class Stepper:
     """One method's model copy, AdamW and objective; `step()` is one full training update."""
 
-    def __init__(self, model: nn.Module, method: str, device: torch.device) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        method: str,
+        device: torch.device,
+        *,
+        precision: str = "fp32",
+        compile: bool = False,
+    ) -> None:
+        """`precision` bf16: the loss under bf16 autocast, the backward after it (worker/training/loop.py);
+        `compile`: the encoder compiled as `compile: true` compiles it (smart_core.integrations.embedding)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.autocast = PRECISIONS[precision]
         self.model = model.to(device).train()
+        if compile:
+            compile_encoder(self.model)
         config = parse_variant(method) if method != PEER else None
         site = config.perturb_site if config is not None else "embedding-output"
         self.adapter = EmbeddingAdapter(model, is_regression=False, site=site)
@@ -90,7 +109,13 @@ class Stepper:
         return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
 
     def step(self, batch: Batch, labels: Tensor) -> None:
-        loss = self.loss(batch, labels)
+        device = batch["input_ids"].device
+        # fp32 enters no autocast of its own: a caller's (research.memory's, bench.live_memory's) stays on
+        precision = (
+            torch.autocast(device.type, dtype=self.autocast) if self.autocast else contextlib.nullcontext()
+        )
+        with precision:
+            loss = self.loss(batch, labels)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         if not bool(

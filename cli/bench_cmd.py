@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     step.add_argument(
         "--padding-tasks", default="rte,mrpc,cola", help="tasks of the padding comparison ('' skips it)"
     )
+    step.add_argument(
+        "--precision", default="fp32", choices=("fp32", "bf16"), help="bf16: each step's loss under autocast"
+    )
+    step.add_argument("--compile", action="store_true", help="compile each copy's encoder (compile: true)")
     step.add_argument("--json", action="store_true", help="print one JSON object")
     step.set_defaults(handler=run_step)
     _register_sweep(kinds)

@@ -17,7 +17,15 @@ own process with its own time limit, writing JSON under OUT and every stage's lo
 - memory: research.memory, MiniLM and BERT-base;
 - step: bench.step on MiniLM (the calibration entries for this GPU);
 - numerics: research.numerics on CUDA (with TF32);
-- reproduce: the campaign's methods phase (research.reproduction.direct) until the budget is spent.
+- reproduce: the campaign's methods phase (research.reproduction.direct) until the budget is spent;
+- tensor-cores (issue 28): research.tensor_cores, `bench step --precision bf16` at BERT-base and MiniLM x 128
+  and 512 tokens, batch 32, exact and linearised SMART (-> step_gpu.json), then MiniLM x 128 compiled;
+- quality (issue 28): STS-B-1k at bf16, 10 epochs, 5 seeds: vanilla, the teacher alone, SMART exact and
+  SMART linearised (research.reproduction.direct --methods ...smart-linearized), until the budget is spent.
+
+Issue 28's check, the whole of it in one call (~9 minutes on an H200):
+
+    python -m research.lent_gpu run --assets .gpu --out $OUT --stages tensor-cores,quality --budget-s 560 --workers 8
 """
 
 from __future__ import annotations
@@ -118,6 +126,18 @@ def stage_commands(
                 f"device={device!r})); open({str(out / 'numerics.json')!r},'w').write(json.dumps(r, indent=1)); "
                 "print(n.markdown(r))")  # fmt: skip
         return [([sys.executable, "-c", code], 180)]
+    if name == "tensor-cores":  # issue 28: bench step at bf16 per shape, exact and linearised SMART
+        return [([*py, "research.tensor_cores", "--out", str(out / "step_gpu.json"), "--device", device,
+                  "--models", f"minilm-l6={minilm},bert-base={bert}", "--memory-parallel", "7",
+                  "--compile-shapes", "minilm-l6:128", *args.tensor_cores_args.split()], 360)]  # fmt: skip
+    if (
+        name == "quality"
+    ):  # issue 28: STS-B-1k at bf16, exact against linearised R_s, with the teacher's effect
+        deadline = max(30.0, budget_s - 100)
+        return [([*direct, "--out", str(out / "quality.jsonl"), "--tasks", "stsb", "--precision", "bf16",
+                  "--methods", "vanilla,smart-breg-only,smart,smart-linearized", "--train-examples", "1000",
+                  "--learning-rate", "5e-5", "--epochs", "10", "--workers", str(args.workers), "--threads", "2",
+                  "--deadline-s", str(deadline)], budget_s - 10)]  # fmt: skip
     if name == "reproduce":
         deadline = max(30.0, budget_s - 120)  # no trial starts later; one that started may take ~1 min
         return [([*direct, "--out", str(out / "direct.jsonl"), "--workers", str(args.workers), "--threads", "2",
@@ -207,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--device", default="cuda", help="cpu runs the same stages here (a dry run)")
     running.add_argument("--reproduce-args", default="", help="more flags for research.reproduction.direct")
     running.add_argument("--memory-args", default="", help="more flags for research.memory")
+    running.add_argument("--tensor-cores-args", default="", help="more flags for research.tensor_cores")
     comparing = sub.add_parser("compare", help="two JSONL records of the same trials: identical or not")
     comparing.add_argument("first", type=Path)
     comparing.add_argument("second", type=Path)

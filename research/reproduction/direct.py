@@ -6,6 +6,8 @@ not installed (a lent GPU), and to check the service's numbers against the bare 
         [--train-examples 1000|full] [--learning-rate 5e-5 --epochs 10]
     python -m research.reproduction.direct --out FILE.jsonl --merge-into research/results/paper_ablation_h200.json
     python -m research.reproduction.direct --out radius.jsonl --tasks rte,mrpc,stsb --methods radius --device cuda
+    python -m research.reproduction.direct --out linearized.jsonl --tasks stsb --methods linearized --device cuda \
+        --precision bf16 --train-examples 1000 --learning-rate 5e-5 --epochs 10
 
 Each trial is the service's own: the campaign's job spec (`plan.Campaign.method_spec`) expanded by the
 contract (`JobSpec.trials`) into `TrainConfig`s and trained by `worker.training.finetune.run_training`,
@@ -211,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="train nothing: fold --out's records into this JSON list (the report's records)")  # fmt: skip
     parser.add_argument("--tasks", default=",".join(PRIORITY))
     parser.add_argument("--methods", default="",
-                        help="report rows to run (default: the methods phase's); `radius`: the radius x lambda_s cells")  # fmt: skip
+                        help="report rows to run (default: the methods phase's); `radius`: the radius x lambda_s cells; "
+                        "`linearized`: smart and smart-renorm exact and with R_s linearised (issue 28)")  # fmt: skip
     parser.add_argument(
         "--grid", action="store_true", help="run vanilla's grid in full instead of the methods"
     )
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.methods.split(","))
         if "radius" in wanted:  # the radius x lambda_s cells with their baselines (plan.RADIUS_METHODS)
             wanted = (wanted - {"radius"}) | {*plan.RADIUS_BASELINES, *plan.RADIUS_LABELS}
+        if "linearized" in wanted:  # the linearised rows beside the exact ones (plan.LINEARIZED_METHODS)
+            wanted = (wanted - {"linearized"}) | {*plan.LINEARIZED_BASELINES, *plan.LINEARIZED_LABELS}
         narrowed["methods"] = tuple(m for m in plan.ALL_METHODS if m.label in wanted)
         if unknown := wanted - {m.label for m in narrowed["methods"]}:
             parser.error(

@@ -109,9 +109,20 @@ RADIUS_METHODS: tuple[Method, ...] = tuple(
     for eps in RADII for lam in RADIUS_LAMBDAS
 )  # fmt: skip
 RADIUS_BASELINES = ("vanilla", "smart-breg-only")  # what each radius cell is compared with, same seeds
+# Issue 28: SMART with R_s linearised (smart_core.linearized, `rs_arithmetic: linearized`) beside the exact
+# step it would replace, the same seeds, so each pair differs only in how R_s is computed. Under bf16 on a GPU
+# the exact rows run their R_s in fp32 and these at bf16; on CPU both run fp32. Only the `shared` rows: one
+# JVP pass cannot express `independent`'s second dropout draw.
+LINEARIZED_BASELINES = ("smart", "smart-renorm")
+LINEARIZED_METHODS: tuple[Method, ...] = tuple(
+    Method(f"{m.label}-linearized", m.method, {**m.params, "rs_arithmetic": "linearized"},
+           f"{m.note}; R_s linearised (rs_arithmetic linearized)")
+    for m in METHODS if m.label in LINEARIZED_BASELINES
+)  # fmt: skip
 METHOD_LABELS = tuple(m.label for m in METHODS)  # the method sections' rows
 RADIUS_LABELS = tuple(m.label for m in RADIUS_METHODS)  # the radius x lambda_s section's cells
-ALL_METHODS = METHODS + RADIUS_METHODS
+LINEARIZED_LABELS = tuple(m.label for m in LINEARIZED_METHODS)
+ALL_METHODS = METHODS + RADIUS_METHODS + LINEARIZED_METHODS
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import math
@@ -18,9 +19,11 @@ import pytest
 import torch
 
 from bench import clean_median, timed
+from bench import flops as flops_module
+from bench.flops import DtypeFlops, matmul_rate
 from bench.padding import fixed_batch, glue_root, padding_benchmark
 from bench.step import amortized, expand_methods, main
-from bench.stepper import parse_variant
+from bench.stepper import Stepper, parse_variant
 from worker.contract.sources import TINY_RANDOM_ALIAS
 from worker.training.models import resolve_model
 
@@ -28,7 +31,8 @@ from worker.training.models import resolve_model
 def _args(**overrides: Any) -> argparse.Namespace:
     base = {
         "model": TINY_RANDOM_ALIAS,
-        "methods": "vanilla,smart",
+        "methods": "vanilla,smart,vanilla@again",
+        "precision": "bf16",
         "batch_size": 4,
         "seq_len": 16,
         "steps": 2,
@@ -62,20 +66,25 @@ def _finite_positive(x: Any) -> bool:
 
 def test_json_shape(result: dict[str, Any]) -> None:
     assert set(result) >= {"methods", "peer", "padding", "setup"}
-    assert set(result["methods"]) == {"vanilla", "smart"}
+    assert set(result["methods"]) == {"vanilla", "smart", "vanilla@again"}
     for entry in result["methods"].values():
-        assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio", "flops_bf16_share"}
+        assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio", "flops_bf16_share", "matmul_gflop",
+                              "mfu"}  # fmt: skip
         share = entry["flops_bf16_share"]  # 0 for an exact fp32 step
         assert all(_finite_positive(v) for k, v in entry.items() if k != "flops_bf16_share"), entry
         assert 0.0 <= share <= 1.0
+    # the twin is the same step: the same FLOPs (its time and memory differ by the noise alone)
+    assert result["methods"]["vanilla@again"]["matmul_gflop"] == result["methods"]["vanilla"]["matmul_gflop"]
+    assert result["methods"]["smart"]["matmul_gflop"] > 2 * result["methods"]["vanilla"]["matmul_gflop"]
     # Not 1 on CPU: SDPA with attention dropout falls back to its math backend, which computes bf16 in fp32.
     assert result["methods"]["vanilla"]["flops_bf16_share"] > 0.8
     assert result["methods"]["smart"]["flops_bf16_share"] < 0.1  # independent dropout: the exact fp32 step
     setup = result["setup"]
     assert setup["batch_size"] == 4 and setup["seq_len"] == 16 and setup["steps"] == 2
     assert setup["device"] == "cpu" and setup["torch"] == torch.__version__
+    assert setup["precision"] == "bf16" and not setup["compile"] and _finite_positive(setup["matmul_tflops"])
     assert "memory" in setup and "threads" in setup and "timing_contended" in setup
-    assert set(result["spread"]) == {"vanilla", "smart", "smart-pytorch"}
+    assert set(result["spread"]) == {"vanilla", "smart", "vanilla@again", "smart-pytorch"}
 
 
 def test_vanilla_is_the_unit(result: dict[str, Any]) -> None:
@@ -127,7 +136,43 @@ def test_unknown_method_is_rejected() -> None:
         main(_args(methods="smart"))
 
 
+def test_a_bf16_stepper_runs_its_forward_under_autocast_and_its_backward_after() -> None:
+    model, tokenizer = resolve_model(
+        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
+    )
+    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
+    counts = {}
+    for precision in ("fp32", "bf16"):
+        counter = DtypeFlops()
+        with counter:
+            Stepper(copy.deepcopy(model), "vanilla", torch.device("cpu"), precision=precision).step(
+                batch, labels
+            )
+        counts[precision] = counter
+    assert counts["fp32"].share(torch.bfloat16) == 0.0
+    assert counts["bf16"].share(torch.bfloat16) > 0.8 and counts["bf16"].total() == counts["fp32"].total()
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        Stepper(model, "vanilla", torch.device("cpu"), precision="fp16")
+
+
+def test_the_matmul_rate_is_flops_over_the_best_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([0.0, 10.0, 12.0, 20.0, 24.0])  # an untimed first run (its start only), then 2 s and 4 s
+    monkeypatch.setattr(flops_module.time, "perf_counter", lambda: next(ticks))
+    rate = matmul_rate(torch.device("cpu"), torch.float32, size=64, repeats=2)
+    assert rate == 2 * 64**3 / 2.0
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        monkeypatch.setattr(flops_module.time, "perf_counter", iter([0.0, 1.0, 2.0]).__next__)
+        matmul_rate(torch.device("cpu"), torch.float32, size=8, repeats=1)
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_method_variants_and_dropout_modes_expand_and_amortize() -> None:
+    assert parse_variant("vanilla@again") == parse_variant("vanilla")
+    assert parse_variant("smart+rs_dropout=shared@2").rs_dropout == "shared"
     assert parse_variant("smart+rs_dropout=shared+diagnostics_every=1").rs_dropout == "shared"
     assert expand_methods("vanilla,smart,freelb", "independent,shared,off") == [
         "vanilla", "smart", "freelb", "smart+rs_dropout=shared", "smart+rs_dropout=off"]  # fmt: skip

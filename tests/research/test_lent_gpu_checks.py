@@ -144,12 +144,30 @@ def test_the_stage_runner_kills_a_stage_and_its_children_at_its_limit(tmp_path: 
 
 
 def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
-    args = argparse.Namespace(device="cuda", workers=6, reproduce_args="--tasks rte", memory_args="")
-    for stage in ("smoke", "determinism", "memory", "numerics", "step", "reproduce"):
+    args = argparse.Namespace(device="cuda", workers=6, reproduce_args="--tasks rte", memory_args="",
+                              tensor_cores_args="--steps 5")  # fmt: skip
+    for stage in (
+        "smoke",
+        "determinism",
+        "memory",
+        "numerics",
+        "step",
+        "reproduce",
+        "tensor-cores",
+        "quality",
+    ):
         commands = lent_gpu.stage_commands(stage, tmp_path, 400.0, args)
         assert commands and all(limit <= 400 for _, limit in commands)
     ((reproduce, limit),) = lent_gpu.stage_commands("reproduce", tmp_path, 400.0, args)
     assert reproduce[-2:] == ["--tasks", "rte"] and "--deadline-s" in reproduce
+    ((cores, _),) = lent_gpu.stage_commands("tensor-cores", tmp_path, 400.0, args)
+    assert cores[cores.index("-m") + 1] == "research.tensor_cores" and cores[-2:] == ["--steps", "5"]
+    ((quality, limit),) = lent_gpu.stage_commands("quality", tmp_path, 400.0, args)
+    methods = quality[quality.index("--methods") + 1].split(",")
+    assert {"smart", "smart-linearized"} <= set(methods) and quality[
+        quality.index("--precision") + 1
+    ] == "bf16"
+    assert float(quality[quality.index("--deadline-s") + 1]) < limit <= 400
     with pytest.raises(SystemExit, match="unknown stage"):
         lent_gpu.stage_commands("everything", tmp_path, 400.0, args)
 

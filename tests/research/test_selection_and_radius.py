@@ -70,6 +70,27 @@ def test_the_radius_cells_put_the_ascent_on_the_balls_face() -> None:
     )
 
 
+def test_the_linearized_rows_differ_from_their_exact_twins_only_in_rs_arithmetic() -> None:
+    """Issue 28's quality check pairs each linearised row with its exact twin, seed by seed."""
+    assert plan.LINEARIZED_LABELS == ("smart-linearized", "smart-renorm-linearized")
+    assert not set(plan.LINEARIZED_LABELS) & set(plan.METHOD_LABELS + plan.RADIUS_LABELS)
+    campaign = plan.Campaign(methods=plan.LINEARIZED_METHODS + tuple(
+        m for m in plan.METHODS if m.label in plan.LINEARIZED_BASELINES))  # fmt: skip
+    trials = direct.trial_configs(campaign, ["stsb"], learning_rate=5e-5, epochs=2, train_examples=1000,
+                                  overrides={})  # fmt: skip
+    by_row: dict[tuple[str, int], Any] = {}
+    for trial in trials:
+        config = TrainConfig.from_dict({k: v for k, v in trial.items() if not k.startswith("_")})
+        by_row[(trial["_method"], config.seed)] = config.method_config()
+    for label in plan.LINEARIZED_BASELINES:
+        for seed in plan.SEEDS:
+            exact, linear = by_row[(label, seed)], by_row[(f"{label}-linearized", seed)]
+            assert (exact.rs_arithmetic, linear.rs_arithmetic) == ("fp32", "linearized")
+            assert linear.with_overrides(rs_arithmetic="fp32") == exact
+    with pytest.raises(SystemExit):  # `--methods` names rows; an unknown one is refused before anything runs
+        direct.main(["--out", "/dev/null", "--methods", "smart-linearised"])
+
+
 def _radius_record(seed: int, value: float, method: str, linf: float, step: float = 50.0) -> dict[str, Any]:
     return {"task": "mrpc", "method": method, "seed": seed, "metric": "f1", "value": value,
             "components": {"delta_linf": [linf, linf], "step_to_noise": [step, step], "ascent_signal": [0.9],
