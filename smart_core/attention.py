@@ -118,26 +118,28 @@ def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Mask
 
 
 def _recomputed_grads(
-    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, grad: Tensor
-) -> list[Tensor]:
-    """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor, recomputing `fn` chunk by chunk so
-    that one chunk's graph is alive at a time."""
+    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, grad: Tensor, needed: Sequence[bool]
+) -> list[Tensor | None]:
+    """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor that `needed` names (None for the
+    others: an ascent through the tangent needs the tangents' alone), recomputing `fn` chunk by chunk so that
+    one chunk's graph is alive at a time."""
     queries = tensors[0].shape[-2]
-    leaves = [t.detach().requires_grad_(True) for t in tensors]
-    whole: list[Tensor] = [torch.zeros_like(t) for t in leaves]  # k, v, dk, dv: summed over the chunks
-    rows_of: dict[int, list[Tensor]] = {i: [] for i in ROW_INPUTS if i < len(leaves)}
+    leaves = [t.detach().requires_grad_(n) for t, n in zip(tensors, needed, strict=True)]
+    wanted = [i for i, n in enumerate(needed) if n]
+    whole: dict[int, Tensor] = {i: torch.zeros_like(leaves[i]) for i in wanted if i not in ROW_INPUTS}
+    rows_of: dict[int, list[Tensor]] = {i: [] for i in wanted if i in ROW_INPUTS}
     for rows in _query_chunks(tensors[0], tensors[1]):
         with torch.enable_grad():  # a backward runs without grad mode: the slices must be recorded too
-            chunk = [t[..., rows, :] if i in rows_of else t for i, t in enumerate(leaves)]
+            chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(leaves)]
             out = fn(*chunk, _rows(mask, rows, queries), masks.next(rows))
-        grads = torch.autograd.grad(out, chunk, grad[..., rows, :], allow_unused=True)
-        for i, (g, t) in enumerate(zip(grads, chunk, strict=True)):
-            g = torch.zeros_like(t) if g is None else g
+        grads = torch.autograd.grad(out, [chunk[i] for i in wanted], grad[..., rows, :], allow_unused=True)
+        for i, g in zip(wanted, grads, strict=True):
+            g = torch.zeros_like(chunk[i]) if g is None else g
             if i in rows_of:
                 rows_of[i].append(g)
             else:
                 whole[i] += g
-    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else g for i, g in enumerate(whole)]
+    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else whole.get(i) for i in range(len(leaves))]
 
 
 class _Attention(torch.autograd.Function):
@@ -158,7 +160,9 @@ class _Attention(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, mask = ctx.saved_tensors
         masks = _Masks(q, k, ctx.seed, ctx.rate)
-        grads = _recomputed_grads(_bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, masks, grad)
+        grads = _recomputed_grads(
+            _bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, masks, grad, ctx.needs_input_grad[:3]
+        )
         return (*grads, None, None, None, None)
 
     @staticmethod
@@ -189,7 +193,9 @@ class _AttentionTangent(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         *tensors, mask = ctx.saved_tensors
         masks = _Masks(tensors[0], tensors[1], ctx.seed, ctx.rate)
-        grads = _recomputed_grads(_bound(_tangent, ctx.rate, ctx.scale), tensors, mask, masks, grad)
+        grads = _recomputed_grads(
+            _bound(_tangent, ctx.rate, ctx.scale), tensors, mask, masks, grad, ctx.needs_input_grad[:6]
+        )
         return (*grads, None, None, None, None)
 
 

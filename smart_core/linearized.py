@@ -15,7 +15,9 @@ gradient flows through both of its forwards. Dropout masks are drawn once per pa
 through the primal's masks, so `shared` holds within a pass; `independent` (a second draw for f(x + δ)) has
 no such expression and keeps the exact path (smart_core.precision.step_plan).
 
-Two operators need another formulation inside these passes:
+Three operators need another formulation inside these passes:
+- linear layers run as smart_core.linear's: the forward-mode formula of mm multiplies the weights' (zero,
+  materialised) tangent too, a third matmul per layer, and the reverse pass a fourth;
 - attention runs as smart_core.attention's: the fused kernels (flash, memory-efficient, the CPU flash kernel)
   have no forward-mode derivative (pytorch/pytorch#117629, #128971), and SDPA's math backend, which has one,
   keeps five or six (B, heads, T, T) tensors per layer for the backward;
@@ -39,6 +41,7 @@ from smart_core.attention import LightAttention
 from smart_core.config import MethodConfig
 from smart_core.divergences import Reduction
 from smart_core.layer_norm import layer_norm
+from smart_core.linear import LightLinear
 from smart_core.perturbation import sizes
 from smart_core.substitution import Substituting
 
@@ -65,7 +68,7 @@ def jvp(
     """
     scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
     norms = LightLayerNorm() if through_primal else contextlib.nullcontext()
-    with LightAttention(), norms:
+    with LightAttention(), LightLinear(), norms:
         out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux
     primal, moved = out[0], out[1]
     return primal, moved.float() * scale

@@ -126,3 +126,33 @@ def test_the_mode_replaces_sdpa_and_nothing_else() -> None:
         ours = F.scaled_dot_product_attention(q, k, v)
         assert torch.equal(F.softmax(q, -1), torch.softmax(q, -1))
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v))
+
+
+@pytest.mark.parametrize("chunks", ["whole", "one-row"])
+def test_an_ascent_through_the_tangent_differentiates_the_tangents_alone(
+    chunks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ascent's VJP (weights frozen, x detached) needs only the tangents' gradients: q, k and v get none
+    and no work is spent on them, and the tangents' gradients are those of the full backward."""
+    if chunks == "one-row":
+        monkeypatch.setattr(attention_module, "CHUNK_ELEMENTS", 1)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, dq, dk, dv = (torch.randn(2, 3, 5, 4, dtype=torch.float64, generator=gen) for _ in range(6))
+
+    counter = pytest.importorskip("bench.flops").DtypeFlops
+
+    def tangent_grads(primal_grad: bool) -> tuple[list[Tensor | None], list[Tensor], int]:
+        primal = [t.clone().requires_grad_(primal_grad) for t in (q, k, v)]
+        tangents = [t.clone().requires_grad_(True) for t in (dq, dk, dv)]
+        _, out = torch.func.jvp(attention, tuple(primal), tuple(tangents))
+        flops = counter()
+        with flops:
+            grads = torch.autograd.grad((out**2).sum(), [*tangents, *(primal if primal_grad else [])])
+        return [t.grad for t in primal], list(grads[:3]), flops.total()
+
+    primal, alone, alone_flops = tangent_grads(primal_grad=False)
+    assert primal == [None, None, None]
+    _, full, full_flops = tangent_grads(primal_grad=True)
+    for a, b in zip(alone, full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert alone_flops < full_flops

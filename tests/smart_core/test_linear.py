@@ -1,0 +1,109 @@
+"""smart_core.linear: a linear layer whose forward-mode derivative multiplies the input's tangent only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
+from torch import Tensor
+
+from smart_core.linear import LightLinear, linear
+
+# The FLOP counter is the benchmarks' (bench/flops.py); skipped where only smart_core is importable.
+DtypeFlops = pytest.importorskip("bench.flops").DtypeFlops
+
+IN, OUT = 12, 7
+
+
+def _tensors(bias: bool, dims: int) -> list[Tensor]:
+    """x, x' (dims-D, fp64), W, b (or None)."""
+    gen = torch.Generator().manual_seed(0)
+    shape = (3, 5, IN) if dims == 3 else (4, IN)
+    x, dx = (torch.randn(*shape, dtype=torch.float64, generator=gen) for _ in range(2))
+    w = torch.randn(OUT, IN, dtype=torch.float64, generator=gen)
+    b = torch.randn(OUT, dtype=torch.float64, generator=gen) if bias else None
+    return [x, dx, w, b]  # type: ignore[list-item]
+
+
+def _all(fn: Callable[..., Tensor], bias: bool, dims: int) -> list[Tensor]:
+    """[y, y', then the gradient of a loss of both with respect to x, x', W (and b)]: the weights enter as a
+    model's do, outside the JVP's inputs, as the linearised step's final pass sees them."""
+    x, dx, w, b = _tensors(bias, dims)
+    leaves = [t.requires_grad_(True) for t in (x, dx, w, *([b] if bias else []))]
+    out, tangent = torch.func.jvp(lambda a: fn(a, w, b), (x,), (dx,))
+    loss = (tangent**2).sum() + (out * 1.3).sum()
+    return [out.detach(), tangent.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_f_linear_in_value_tangent_and_gradients(bias: bool, dims: int) -> None:
+    for ours, native in zip(_all(linear, bias, dims), _all(F.linear, bias, dims), strict=True):
+        torch.testing.assert_close(ours, native, rtol=1e-12, atol=1e-12)
+
+
+def test_a_tangent_on_the_weights_and_dual_tensors_are_handled_too() -> None:
+    x, dx, w, b = _tensors(True, 3)
+    dw, db = torch.randn_like(w), torch.randn_like(b)
+    expected = torch.func.jvp(F.linear, (x, w, b), (dx, dw, db))
+    got = torch.func.jvp(linear, (x, w, b), (dx, dw, db))
+    for a, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+    with fwAD.dual_level():
+        out = linear(fwAD.make_dual(x, dx), w, b)
+        torch.testing.assert_close(fwAD.unpack_dual(out).tangent, F.linear(dx, w))
+
+
+def test_gradcheck() -> None:
+    x, dx, w, b = (t.requires_grad_(True) for t in _tensors(True, 2))
+
+    def both(x: Tensor, dx: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        out, tangent = torch.func.jvp(lambda a: linear(a, w, b), (x,), (dx,))
+        return out, tangent
+
+    assert torch.autograd.gradcheck(both, (x, dx, w, b))
+
+
+def _jvp_flops(fn: Callable[..., Tensor]) -> float:
+    """Matmul FLOPs of one JVP pass through `fn` (nn.Linear-shaped, weights without tangent), in forwards."""
+    x, dx, w, b = _tensors(True, 2)
+    counter = DtypeFlops()
+    with counter:
+        torch.func.jvp(lambda a: fn(a, w, b), (x,), (dx,))
+    return counter.total() / (2 * x.shape[0] * IN * OUT)
+
+
+def test_a_jvp_pass_costs_two_matmuls_not_three() -> None:
+    assert _jvp_flops(linear) == 2.0  # y and y' = x'Wᵀ
+    assert _jvp_flops(F.linear) == 3.0  # torch 2.13: also x·0ᵀ, the weights' zero tangent materialised
+
+
+def test_under_autocast_it_computes_what_autocast_computes() -> None:
+    x, dx, w, b = (t.float() if t is not None else None for t in _tensors(True, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = torch.func.jvp(lambda a: linear(a, w, b), (x,), (dx,))
+        native = F.linear(x, w, b), F.linear(dx, w)  # autocast casts x, W and b to bf16
+    for a, e in zip(ours, native, strict=True):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_a_frozen_weight_keeps_no_activation() -> None:
+    x, _, w, b = _tensors(True, 3)
+    kept: list[tuple[int, ...]] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(tuple(t.shape)) or t, lambda t: t):
+        linear(x.requires_grad_(True), w, b).sum().backward()  # W frozen: only W is needed
+    assert kept == [(OUT, IN)]
+
+
+def test_light_linear_runs_every_nn_linear_as_ours() -> None:
+    layer = torch.nn.Linear(IN, OUT).double()
+    x, dx, _, _ = _tensors(True, 2)
+    counter = DtypeFlops()
+    with counter, LightLinear():
+        out, tangent = torch.func.jvp(layer, (x,), (dx,))
+    assert counter.total() == 2 * 2 * x.shape[0] * IN * OUT
+    torch.testing.assert_close(tangent, F.linear(dx, layer.weight))
