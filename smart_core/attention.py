@@ -132,9 +132,8 @@ def _recomputed_grads(
         with torch.enable_grad():  # a backward runs without grad mode: the slices must be recorded too
             chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(leaves)]
             out = fn(*chunk, _rows(mask, rows, queries), masks.next(rows))
-        grads = torch.autograd.grad(out, [chunk[i] for i in wanted], grad[..., rows, :], allow_unused=True)
+        grads = torch.autograd.grad(out, [chunk[i] for i in wanted], grad[..., rows, :])  # each one is used
         for i, g in zip(wanted, grads, strict=True):
-            g = torch.zeros_like(chunk[i]) if g is None else g
             if i in rows_of:
                 rows_of[i].append(g)
             else:

@@ -56,7 +56,7 @@ class _Linear(torch.autograd.Function):
         # (set_materialize_grads(False)) or as torch's lazy zero tensor, never multiplied
         terms = [F.linear(dx, w)] if _present(dx) else []
         terms += [F.linear(x, dw)] if _present(dw) else []
-        terms += [db] if _present(db) else []
+        terms += [db.expand(ctx.shape)] if _present(db) else []  # (out,) -> the output's shape
         if not terms:  # an input that does not depend on the perturbation
             return torch.zeros(ctx.shape, dtype=ctx.dtype, device=w.device)
         return sum(terms[1:], terms[0])

@@ -59,6 +59,28 @@ def test_matches_sdpa_in_value_tangent_and_both_gradients(case: str, chunks: str
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{case}, {chunks}: {name}")
 
 
+@pytest.mark.parametrize("lengths", [(3, T), (T, 3)], ids=["fewer-queries", "more-queries"])
+@pytest.mark.parametrize("batch", [(B, H), (B * H,)], ids=["4-d", "3-d"])
+def test_queries_and_keys_of_different_lengths_with_a_full_mask(
+    batch: tuple[int, ...], lengths: tuple[int, int], chunks: str
+) -> None:
+    """Cross-attention's shapes: Tq queries over Tk keys, a (…, Tq, Tk) mask, inputs with one or two batch
+    dimensions: the chunks run over the queries, the mask's rows with them."""
+    tq, tk = lengths
+    gen = torch.Generator().manual_seed(5)
+    q, dq = (torch.randn(*batch, tq, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    k, v, dk, dv = (torch.randn(*batch, tk, D, dtype=torch.float64, generator=gen) for _ in range(4))
+    mask = torch.rand(*batch, tq, tk, generator=gen) > 0.3
+    mask[..., 0] = True  # every query sees a key
+    inputs = [q, k, v, dq, dk, dv]
+    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, attn_mask=mask), inputs)
+    reference = _primal_tangent_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), inputs
+    )
+    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{batch}, {chunks}: {name}")
+
+
 def test_grouped_query_attention_repeats_the_key_heads() -> None:
     q, k, v = _inputs()[:3]
     kv = (k[:, :2], v[:, :2])  # 2 key/value heads for 4 query heads

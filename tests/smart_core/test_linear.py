@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 
-from smart_core.linear import LightLinear, linear
+from smart_core.linear import LightLinear, _Linear, linear
 
 # The FLOP counter is the benchmarks' (bench/flops.py); skipped where only smart_core is importable.
 DtypeFlops = pytest.importorskip("bench.flops").DtypeFlops
@@ -48,10 +49,16 @@ def test_matches_f_linear_in_value_tangent_and_gradients(bias: bool, dims: int) 
 def test_a_tangent_on_the_weights_and_dual_tensors_are_handled_too() -> None:
     x, dx, w, b = _tensors(True, 3)
     dw, db = torch.randn_like(w), torch.randn_like(b)
-    expected = torch.func.jvp(F.linear, (x, w, b), (dx, dw, db))
-    got = torch.func.jvp(linear, (x, w, b), (dx, dw, db))
-    for a, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+    for inputs, tangents in (((x, w, b), (dx, dw, db)), ((w,), (dw,)), ((b,), (db,))):
+        # all three tangents; the weights' alone, x held constant; the bias's alone
+        def call(fn: Callable[..., Tensor], *args: Tensor, n: int = len(inputs)) -> Tensor:
+            full = {3: lambda: args, 1: lambda: (x, *args, b) if args[0].dim() == 2 else (x, w, *args)}[n]()
+            return fn(*full)
+
+        expected = torch.func.jvp(lambda *a: call(F.linear, *a), inputs, tangents)
+        got = torch.func.jvp(lambda *a: call(linear, *a), inputs, tangents)
+        for a, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
     with fwAD.dual_level():
         out = linear(fwAD.make_dual(x, dx), w, b)
         torch.testing.assert_close(fwAD.unpack_dual(out).tangent, F.linear(dx, w))
@@ -81,8 +88,9 @@ def test_a_jvp_pass_costs_two_matmuls_not_three() -> None:
     assert _jvp_flops(F.linear) == 3.0  # torch 2.13: also x·0ᵀ, the weights' zero tangent materialised
 
 
-def test_under_autocast_it_computes_what_autocast_computes() -> None:
-    x, dx, w, b = (t.float() if t is not None else None for t in _tensors(True, 3))
+@pytest.mark.parametrize("bias", [True, False])
+def test_under_autocast_it_computes_what_autocast_computes(bias: bool) -> None:
+    x, dx, w, b = (t.float() if t is not None else None for t in _tensors(bias, 3))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ours = torch.func.jvp(lambda a: linear(a, w, b), (x,), (dx,))
         native = F.linear(x, w, b), F.linear(dx, w)  # autocast casts x, W and b to bf16
@@ -91,12 +99,33 @@ def test_under_autocast_it_computes_what_autocast_computes() -> None:
         torch.testing.assert_close(a, e, rtol=0, atol=0)
 
 
-def test_a_frozen_weight_keeps_no_activation() -> None:
+def test_each_gradient_is_computed_and_kept_for_only_where_it_is_needed() -> None:
+    """A frozen weight keeps no activation and costs no matmul for its gradient; an input that needs no
+    gradient keeps no weight and costs none either."""
     x, _, w, b = _tensors(True, 3)
-    kept: list[tuple[int, ...]] = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(tuple(t.shape)) or t, lambda t: t):
-        linear(x.requires_grad_(True), w, b).sum().backward()  # W frozen: only W is needed
-    assert kept == [(OUT, IN)]
+    grad = torch.randn(3, 5, OUT, dtype=torch.float64)
+    rows = 3 * 5 * IN * OUT * 2  # one matmul over every row
+    for x_grad, w_grad, kept_shape in ((True, False, (OUT, IN)), (False, True, (3, 5, IN))):
+        xi, wi, bi = x.clone().requires_grad_(x_grad), w.clone().requires_grad_(w_grad), b.clone()
+        kept: list[tuple[int, ...]] = []
+        with torch.autograd.graph.saved_tensors_hooks(
+            lambda t, kept=kept: kept.append(tuple(t.shape)) or t, lambda t: t
+        ):
+            out = linear(xi, wi, bi)
+        counter = DtypeFlops()
+        with counter:
+            out.backward(grad)
+        assert kept == [kept_shape] and counter.total() == rows
+        expected = grad @ w if x_grad else grad.reshape(-1, OUT).t() @ x.reshape(-1, IN)
+        torch.testing.assert_close(xi.grad if x_grad else wi.grad, expected)
+        assert (wi.grad if x_grad else xi.grad) is None
+
+
+def test_a_linear_layer_whose_input_carries_no_tangent_has_a_zero_one() -> None:
+    x, _, w, b = _tensors(True, 3)
+    ctx = SimpleNamespace(saved_tensors=(x, w), shape=torch.Size((3, 5, OUT)), dtype=torch.float64)
+    tangent = _Linear.jvp(ctx, None, None, None)
+    assert tangent.shape == (3, 5, OUT) and tangent.dtype == torch.float64 and not tangent.any()
 
 
 def test_light_linear_runs_every_nn_linear_as_ours() -> None:
