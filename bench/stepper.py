@@ -24,11 +24,12 @@ from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method
 from smart_core.integrations.embedding import compile_encoder
 from worker.training.adapter import EmbeddingAdapter
 from worker.training.models import resolve_model
+from worker.training.session import resolve_precision
 
 PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
-PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}  # -> the autocast dtype
+PRECISIONS = ("fp32", "bf16")  # fp16 would need the worker's loss scaling, which a bench step leaves out
 
 
 def parse_variant(label: str) -> MethodConfig:
@@ -74,7 +75,7 @@ class Stepper:
         `compile`: the encoder compiled as `compile: true` compiles it (smart_core.integrations.embedding)."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        self.autocast = PRECISIONS[precision]
+        self.autocast = resolve_precision(precision, device)  # the worker's rule (None: fp32)
         self.model = model.to(device).train()
         if compile:
             compile_encoder(self.model)

@@ -272,6 +272,23 @@ def test_the_ascent_runs_with_the_weights_frozen(overrides: dict, monkeypatch: p
     assert sum(g.abs().sum().item() for g in grads) > 0  # the outer pass still reaches the weights
 
 
+def test_the_ascent_signal_runs_with_the_weights_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The diagnostics' ascent signal takes input gradients only, so no weight requires grad during it."""
+    cfg = SETTINGS["ball"].with_overrides(rs_arithmetic="fp32", diagnostics_every=1)
+    model, batch = tiny_bert()
+    seen: list[bool] = []
+    inner = smart_core.objective.ascent_signal
+
+    def spy(*args: object) -> Tensor:
+        seen.append(any(p.requires_grad for p in model.parameters()))
+        return inner(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(smart_core.objective, "ascent_signal", spy)
+    _, _, parts = objective_r_s(model, batch, cfg, autocast=False)
+    assert seen == [False] and "ascent_signal" in parts
+    assert all(p.requires_grad for p in model.parameters())
+
+
 def test_linearized_refuses_independent_dropout() -> None:
     with pytest.raises(ValueError, match="independent"):
         method_config("smart", rs_arithmetic="linearized")
