@@ -6,6 +6,10 @@ cores; an fp32 step (SMART's exact path, smart_core.precision) has none. Counted
 FLOP counter has a formula for (mm, addmm, bmm, baddbmm, convolutions, the fused attention kernels, forward
 and backward), plus the CPU flash-attention kernels, by the dtype of the op's first output (a matmul's
 operands, autocast-cast). Elementwise work is not counted: it is memory-bound and the same at any precision.
+
+The same pass counts the step's kernel launches (`launches`: every aten op but views, detaches and scalar
+reads): a GPU step at small batch is launch-bound, and there its time follows this count times the host's cost
+per op (an H200 at MiniLM x 128 paid 11-23 µs per op), whatever its FLOPs.
 """
 
 from __future__ import annotations
@@ -36,12 +40,20 @@ FORMULAS: dict[Any, Callable[..., int]] = {
 }
 
 
+# metadata, allocation without fill, forward AD's layout checks: no kernel, like views
+NO_KERNEL = {aten.detach, aten.lift_fresh, aten.alias, aten._unsafe_view, aten.is_same_size,
+             aten._has_same_storage_numel, aten.promote_types, aten._efficientzerotensor, aten.empty_like,
+             aten.empty, aten.empty_strided}  # fmt: skip
+
+
 class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts matmul FLOPs by dtype while active (the backward included, when it runs inside)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.flops: dict[torch.dtype, int] = defaultdict(int)
+        self.launches = 0  # aten ops that run a kernel (module docstring)
+        self.syncs = 0  # scalar reads: on a GPU each waits for the queue to drain
 
     def __torch_dispatch__(
         self,
@@ -52,6 +64,10 @@ class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
     ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func._overloadpacket is aten._local_scalar_dense:
+            self.syncs += 1
+        elif not func.is_view and func._overloadpacket not in NO_KERNEL:
+            self.launches += 1
         formula = FORMULAS.get(func._overloadpacket)
         if formula is not None:
             dtype = next(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))

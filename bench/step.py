@@ -13,6 +13,8 @@ the LR schedule.
   any device (SMART's exact fp32 path: 0).
 - `mfu`: those FLOPs per second of the timed step over the device's measured matmul rate at the run's
   precision (`setup.matmul_tflops`: bench.flops.matmul_rate, bf16 for `--precision bf16`).
+- `launches`, `launch_ratio`: the aten ops that run a kernel in that step's loss and backward, and their
+  ratio to vanilla's (bench/flops.py): where a GPU step is launch-bound, its time ratio follows this one.
 - `--precision bf16`: every step's loss under bf16 autocast, its backward after (as the worker trains);
   `--compile`: each copy's encoder compiled as `compile: true` compiles it. The memory children do the same.
 """
@@ -228,7 +230,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = {
         m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
             "mem_ratio": peak[m] / peak["vanilla"], "flops_bf16_share": flops[m].share(torch.bfloat16),
-            "matmul_gflop": flops[m].total() / 1e9, "mfu": flops[m].total() / step_s[m] / rate}
+            "matmul_gflop": flops[m].total() / 1e9,
+            "launches": flops[m].launches, "launch_ratio": flops[m].launches / flops["vanilla"].launches,
+            "mfu": flops[m].total() / step_s[m] / rate}
         for m in methods
     }  # fmt: skip
     for m, seconds in amortized(step_s).items():
@@ -268,7 +272,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _table(result: dict[str, Any]) -> str:
-    rows = [f"{m:<16} {r['step_s']:8.4f}s x{r['time_ratio']:.2f} {r['peak_mb']:8.1f} MiB x{r['mem_ratio']:.2f}"
+    rows = [f"{m:<16} {r['step_s']:8.4f}s x{r['time_ratio']:.2f} {r['peak_mb']:8.1f} MiB x{r['mem_ratio']:.2f} "
+             f"launches x{r['launch_ratio']:.2f}"
             for m, r in result["methods"].items()]  # fmt: skip
     rows += [f"{k}: {json.dumps(v)}" for k in ("peer", "padding", "targets") for v in [result[k]]]
     return "\n".join(rows)

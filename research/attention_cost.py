@@ -41,9 +41,16 @@ def math_attention() -> Iterator[None]:
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(reduced)
 
 
+_RUNS_COMPILED = smart_core.objective.runs_compiled
+
+
 def _use(attention: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
     for module in (smart_core.objective, smart_core.linearized):  # the names the step's code looks up
         vars(module)["LightAttention"] = attention
+    # The math backend's softmax breaks a reverse pass through a dual tensor's tangent (smart_core/softmax.py),
+    # so its arm takes the functorch transform, as a compiled model does.
+    math = attention is not LightAttention
+    vars(smart_core.objective)["runs_compiled"] = (lambda module: True) if math else _RUNS_COMPILED
 
 
 def measure(model_name: str, batch_size: int, seq_len: int, rounds: int) -> dict[str, object]:

@@ -129,7 +129,7 @@ def stage_commands(
     if name == "tensor-cores":  # issue 28: bench step at bf16 per shape, exact and linearised SMART
         return [([*py, "research.tensor_cores", "--out", str(out / "step_gpu.json"), "--device", device,
                   "--models", f"minilm-l6={minilm},bert-base={bert}", "--memory-parallel", "7",
-                  "--compile-shapes", "minilm-l6:128", *args.tensor_cores_args.split()], 360)]  # fmt: skip
+                  "--compile-shapes", "minilm-l6:128", *args.tensor_cores_args.split()], max(60.0, budget_s - 10))]  # fmt: skip
     if (
         name == "quality"
     ):  # issue 28: STS-B-1k at bf16, exact against linearised R_s, with the teacher's effect
@@ -171,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # fmt: skip
     restore_models(args.assets)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.quality_from:  # an earlier lease's trials: the quality stage runs only what they lack
+        shutil.copy2(args.quality_from, args.out / "quality.jsonl")
     failed = []
     with (args.out / "log.txt").open("a") as log:
         for stage in args.stages.split(","):
@@ -228,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--reproduce-args", default="", help="more flags for research.reproduction.direct")
     running.add_argument("--memory-args", default="", help="more flags for research.memory")
     running.add_argument("--tensor-cores-args", default="", help="more flags for research.tensor_cores")
+    running.add_argument(
+        "--quality-from", type=Path, default=None, help="quality: trials already run (JSONL)"
+    )
     comparing = sub.add_parser("compare", help="two JSONL records of the same trials: identical or not")
     comparing.add_argument("first", type=Path)
     comparing.add_argument("second", type=Path)

@@ -86,17 +86,23 @@ def _tangent(
         return out + _dropped(p, keep, rate).to(v.dtype) @ dv.to(v.dtype)
 
 
-# Score entries per query chunk: a chunk's recomputed graph holds about eight (B, heads, chunk, Tk) tensors,
-# 16 MiB each in fp32, whatever B and the heads.
+# Score entries per query chunk: a chunk's recomputed graph holds about eight (B, heads, chunk, Tk) fp32
+# tensors, 16 MiB each on CPU whatever B and the heads. On a GPU each chunk costs ~80 kernel launches per layer
+# and pass, and the step is launch-bound (an H200 took 1.9 s a step at MiniLM-L6 x 512, batch 32, with 25
+# chunks a call), so chunks are 4x larger there: 64 MiB a tensor, 7 chunks at that shape, and the step's peak
+# does not move (bench.live_memory: the peak is the final pass's graph, not a chunk's recomputation).
 CHUNK_ELEMENTS = 2**22
+ACCELERATOR_CHUNK_ELEMENTS = 2**24
 ROW_INPUTS = (0, 3)  # q and dq have a row per query; k, v, dk, dv a row per key
 Evaluated = Callable[..., Tensor]  # fn(*tensors, mask, keep) -> (B, heads, chunk, D)
 
 
 def _query_chunks(q: Tensor, k: Tensor) -> list[slice]:
-    """Query rows in chunks of at most CHUNK_ELEMENTS score entries (B·heads·Tk per row)."""
+    """Query rows in chunks of at most CHUNK_ELEMENTS score entries (B·heads·Tk per row; on an accelerator
+    ACCELERATOR_CHUNK_ELEMENTS)."""
     per_row = max(1, q[..., 0, 0].numel() * k.shape[-2])
-    size, rows = max(1, CHUNK_ELEMENTS // per_row), q.shape[-2]
+    budget = CHUNK_ELEMENTS if q.device.type == "cpu" else ACCELERATOR_CHUNK_ELEMENTS
+    size, rows = max(1, budget // per_row), q.shape[-2]
     return [slice(start, min(start + size, rows)) for start in range(0, rows, size)]
 
 

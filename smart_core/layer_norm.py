@@ -5,7 +5,8 @@ native_layer_norm's forward-mode formula treats its saved mean and rstd as const
 its tangent misses their dependence on the input (R_s's gradient came out at cosine 0.84; pytorch/pytorch#196700).
 Written out as plain ops it is right but keeps about seven token × H fp32 tensors per norm for the primal and
 its tangent (two norms a layer: a third of the linearised step's peak). Here it is a `torch.autograd.Function`
-that keeps only its input and the input's tangent and recomputes the rest in the backward:
+whose primal runs the fused kernels (forward and backward) and whose tangent keeps only the input and the input's
+tangent and recomputes the rest in its backward:
     y  = x̂·w + b,                        x̂ = (x − μ)·r,  r = 1/√(var(x) + eps)
     dy = r·(dc − x̂·mean(x̂·dc))·w + x̂·dw + db,   dc = dx − mean(dx)
 At the dtype autocast gives layer norm (fp32 at least under autocast), decided at the call and kept by the
@@ -28,16 +29,6 @@ def _statistics(x: Tensor, dims: tuple[int, ...], eps: float) -> tuple[Tensor, T
     centred = x - x.mean(dim=dims, keepdim=True)
     rstd = torch.rsqrt(centred.pow(2).mean(dim=dims, keepdim=True) + eps)
     return centred * rstd, rstd
-
-
-def _output(
-    x: Tensor, w: Optional, b: Optional, dims: tuple[int, ...], eps: float, dtype: torch.dtype
-) -> Tensor:
-    with torch.autocast(x.device.type, enabled=False):
-        out, _ = _statistics(x.to(dtype), dims, eps)
-        if w is not None:
-            out = out * w.to(dtype)
-        return out + b.to(dtype) if b is not None else out
 
 
 def _tangent(
@@ -70,34 +61,46 @@ def _recomputed(fn: Callable[..., Tensor], tensors: Sequence[Optional], grad: Te
 
 
 class _LayerNorm(torch.autograd.Function):
+    """The primal by the fused kernels, forward and backward (one launch each, where the written-out norm took
+    about nine and its recomputed gradient fifteen more); only the tangent is written out (`_LayerNormTangent`).
+    No reverse pass differentiates the primal's own backward, so the fused one is exact for it."""
+
     @staticmethod
     def forward(
         x: Tensor, w: Optional, b: Optional, dims: tuple[int, ...], eps: float, dtype: torch.dtype
-    ) -> Tensor:
-        return _output(x, w, b, dims, eps, dtype)
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        shape = x.shape[len(x.shape) - len(dims) :]
+        with torch.autocast(x.device.type, enabled=False):
+            weight, bias = (None if t is None else t.to(dtype) for t in (w, b))
+            out, mean, rstd = torch.native_layer_norm(x.to(dtype), shape, weight, bias, eps)
+        return out, mean, rstd
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor, Tensor]) -> None:
         x, w, b, dims, eps, dtype = inputs
-        ctx.save_for_backward(x, w, b)
+        ctx.save_for_backward(x, w, b, output[1], output[2])  # mean and rstd: (..., 1) each
         ctx.save_for_forward(x, w)
+        ctx.mark_non_differentiable(output[1], output[2])
         ctx.dims, ctx.eps, ctx.dtype = dims, eps, dtype
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Optional, ...]:
-        x, w, b = ctx.saved_tensors
-
-        def output(x: Tensor, w: Optional, b: Optional) -> Tensor:
-            return _output(x, w, b, ctx.dims, ctx.eps, ctx.dtype)
-
-        return (*_recomputed(output, (x, w, b), grad), None, None, None)
+    def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Optional, ...]:
+        x, w, b, mean, rstd = ctx.saved_tensors
+        shape = x.shape[len(x.shape) - len(ctx.dims) :]
+        needed = [ctx.needs_input_grad[0], w is not None and ctx.needs_input_grad[1],
+                  b is not None and ctx.needs_input_grad[2]]  # fmt: skip
+        cast = [None if t is None else t.to(ctx.dtype) for t in (grad, x, w, b)]
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            *cast[:2], shape, mean, rstd, *cast[2:], needed
+        )
+        return dx, dw, db, None, None, None
 
     @staticmethod
-    def jvp(ctx: Any, dx: Optional, dw: Optional, db: Optional, *_: Any) -> Tensor:
+    def jvp(ctx: Any, dx: Optional, dw: Optional, db: Optional, *_: Any) -> tuple[Tensor, None, None]:
         x, w = ctx.saved_tensors
         dx = torch.zeros_like(x) if dx is None else dx
         out: Tensor = _LayerNormTangent.apply(x, w, dx, dw, db, ctx.dims, ctx.eps, ctx.dtype)  # type: ignore[no-untyped-call]
-        return out
+        return out, None, None
 
 
 class _LayerNormTangent(torch.autograd.Function):
@@ -135,5 +138,5 @@ def layer_norm(
     if torch.is_autocast_enabled(input.device.type):
         dtype = torch.promote_types(dtype, torch.float32)
     dims = tuple(range(-len(normalized_shape), 0))  # the trailing normalised dimensions
-    out: Tensor = _LayerNorm.apply(input, weight, bias, dims, eps, dtype)  # type: ignore[no-untyped-call]
+    out: Tensor = _LayerNorm.apply(input, weight, bias, dims, eps, dtype)[0]  # type: ignore[no-untyped-call]
     return out

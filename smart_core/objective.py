@@ -22,6 +22,7 @@ The step's dropout and precision (smart_core.dropout, smart_core.precision):
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +71,17 @@ def gradient_norm_ratio(numerator: Tensor, denominator: Tensor, params: Sequence
         )
 
     return (norm(num) / norm(den).clamp_min(1e-30)).detach()
+
+
+def runs_compiled(module: nn.Module | None) -> bool:
+    """Whether any part of `module` runs compiled (`module.compile()` or a `torch.compile` wrapper)."""
+    if module is None:
+        return False
+    # module.compile() sets _compiled_call_impl; torch.compile(module) wraps it as _orig_mod (OptimizedModule)
+    return any(
+        getattr(m, "_compiled_call_impl", None) is not None or "_orig_mod" in m._modules
+        for m in module.modules()
+    )
 
 
 class Objective:
@@ -191,8 +203,12 @@ class Objective:
             parts |= self._diagnostics(fns, x_rs, forward, plan)  # before any graph of this step exists
         # The ascent needs δ's gradient only: the weights are frozen for it, so its graph keeps no
         # activations for their gradients (smart_core.adversarial.weights_frozen).
+        dual = not runs_compiled(self.module)  # smart_core.linearized.jvp: dual tensors unless compiled
         gradient = input_gradient_only(
-            linear_ascent_gradient if plan.linear_ascent else exact_ascent_gradient, self.module
+            functools.partial(linear_ascent_gradient, dual=dual)
+            if plan.linear_ascent
+            else exact_ascent_gradient,
+            self.module,
         )
         if plan.linear_outer:
             clean = fns.forward(x) if mode == "off" else None
@@ -200,6 +216,7 @@ class Objective:
             reference, adv = linearized_regularizer(
                 x_rs, forward, fns.mask, cfg, self.regression, self.generator,
                 outer_forward=forward if mode == "off" else fns.forward, noise=noise, gradient=gradient,
+                dual=dual,
             )  # fmt: skip
             clean = reference if clean is None else clean
         else:

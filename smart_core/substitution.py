@@ -13,6 +13,13 @@ class Substituting(TorchFunctionMode):
 
     replacements: Mapping[Callable[..., Any], Callable[..., Any]] = {}
 
+    def __init__(self, replacements: Mapping[Callable[..., Any], Callable[..., Any]] | None = None) -> None:
+        """`replacements`: this mode's (default: the class's); one mode for several sets costs one Python call
+        per torch function instead of one per set."""
+        super().__init__()
+        if replacements is not None:
+            self.replacements = replacements
+
     def __torch_function__(
         self,
         func: Callable[..., Any],

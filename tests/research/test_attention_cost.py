@@ -14,3 +14,4 @@ def test_times_three_arms_and_restores_the_attention() -> None:
     assert all(s > 0 for s in result["step_s"].values())  # type: ignore[attr-defined]
     assert smart_core.objective.LightAttention is LightAttention
     assert smart_core.linearized.LightAttention is LightAttention
+    assert smart_core.objective.runs_compiled.__name__ == "runs_compiled"  # the math arm's stand-in is gone

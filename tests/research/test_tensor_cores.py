@@ -26,7 +26,7 @@ def test_every_shape_is_measured_at_bf16_and_written_as_it_finishes(tmp_path: Pa
     out = tmp_path / "step_gpu.json"
     args = argparse.Namespace(out=out, models="bert-base=/tmp/models/bert-base", shapes="bert-base:512,minilm-l6:128",
                               compile_shapes="minilm-l6:128", batch_size=32, steps=10, device="cuda",
-                              memory_parallel=7)  # fmt: skip
+                              memory_parallel=7, methods="", compile_first=False)  # fmt: skip
     calls: list[argparse.Namespace] = []
 
     def fake_run(step: argparse.Namespace) -> dict[str, Any]:
@@ -56,6 +56,22 @@ def test_every_shape_is_measured_at_bf16_and_written_as_it_finishes(tmp_path: Pa
         "| bert-basex512 | vanilla@again | 1.00 | 1.00 | 25.0% | 100% |" in table
         and "error: RuntimeError" in table
     )
+
+
+def test_compiled_shapes_can_go_first_with_fewer_methods(tmp_path: Path) -> None:
+    args = argparse.Namespace(out=tmp_path / "step_gpu.json", models="", shapes="bert-base:512",
+                              compile_shapes="minilm-l6:128", batch_size=32, steps=5, device="cuda",
+                              memory_parallel=7, methods="vanilla,smart,vanilla@again", compile_first=True)  # fmt: skip
+    calls: list[argparse.Namespace] = []
+
+    def fake_run(step: argparse.Namespace) -> dict[str, Any]:
+        calls.append(step)
+        return _fake_result(3.0, 1.8)
+
+    tensor_cores.measure(args, run=fake_run)
+    assert [(c.seq_len, c.compile, c.methods) for c in calls] == [
+        (128, True, ",".join(tensor_cores.COMPILED)), (512, False, "vanilla,smart,vanilla@again")]  # fmt: skip
+    assert json.loads(args.out.read_text())["methods"] == ["vanilla", "smart", "vanilla@again"]
 
 
 def test_a_shape_is_model_and_length() -> None:

@@ -201,6 +201,64 @@ def test_jvp_gives_the_clean_forward_and_the_directional_derivative() -> None:
     assert clean.grad_fn is not None and moved.grad_fn is not None  # both carry the weights' graph
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_dual_tensors_and_the_functorch_transform_agree(attention: str) -> None:
+    """The two JVP mechanisms (dual tensors in eager mode, `torch.func.jvp` for a compiled module) give the same
+    primal, tangent and gradients through the tangent, bf16 autocast and layer norm's own formula included."""
+    model, batch = tiny_bert(attention=attention)
+    fns = fns_for(model, batch, SETTINGS["ball"])
+    x = fns.embed().detach().requires_grad_(True)
+    direction = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)) * 1e-5
+    results = []
+    for dual in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            clean, moved = jvp(fns.forward, x, direction, dual=dual)
+        value = quadratic_divergence(clean, moved, regression=False)
+        results.append(
+            (clean, moved, torch.autograd.grad(value, [x, *model.parameters()], allow_unused=True))
+        )
+    (clean_a, moved_a, grads_a), (clean_b, moved_b, grads_b) = results
+    torch.testing.assert_close(clean_a, clean_b, rtol=0, atol=0)
+    torch.testing.assert_close(moved_a, moved_b, rtol=1e-5, atol=1e-12)
+    assert cosine([g for g in grads_a if g is not None], [g for g in grads_b if g is not None]) >= 0.99999
+
+
+def test_a_lost_tangent_is_an_error() -> None:
+    """A compiled module drops a dual tensor's tangent; that must fail loudly, not read as a zero R_s."""
+    x = torch.randn(2, 3)
+    with pytest.raises(RuntimeError, match="dual=False"):
+        jvp(lambda e: e.detach().sum(-1), x, torch.ones_like(x))
+
+
+def test_runs_compiled_finds_a_compiled_submodule() -> None:
+    model, _ = tiny_bert()
+    assert not smart_core.objective.runs_compiled(model) and not smart_core.objective.runs_compiled(None)
+    model.bert.encoder.compile()  # compiles lazily: nothing is traced here
+    assert smart_core.objective.runs_compiled(model)
+    wrapped, _ = tiny_bert()
+    assert smart_core.objective.runs_compiled(nn.Sequential(torch.compile(wrapped)))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_objective_takes_the_functorch_transform_for_a_compiled_model(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smart_core.linearized
+
+    model, batch = tiny_bert()
+    seen: list[bool] = []
+    inner = smart_core.linearized.jvp
+
+    def spy(*args: object, dual: bool = True, **kwargs: object) -> tuple[Tensor, Tensor]:
+        seen.append(dual)
+        return inner(*args, dual=dual, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(smart_core.linearized, "jvp", spy)
+    monkeypatch.setattr(smart_core.objective, "runs_compiled", lambda module: compiled)
+    objective_r_s(model, batch, SETTINGS["ball"].with_overrides(diagnostics_every=0), autocast=True)
+    assert seen == [not compiled] * 2  # the ascent's pass and the final one
+
+
 def _train_mode_step(cfg: MethodConfig, attention: str) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
     model, batch = tiny_bert(dropout=0.2, attention=attention)
     return objective_r_s(model.train(), batch, cfg, autocast=False)
@@ -260,9 +318,9 @@ def test_the_ascent_runs_with_the_weights_frozen(overrides: dict, monkeypatch: p
     for name in ("exact_ascent_gradient", "linear_ascent_gradient"):
         inner = getattr(smart_core.objective, name)
 
-        def spy(*args: object, inner: object = inner) -> Tensor:
+        def spy(*args: object, inner: object = inner, **kwargs: object) -> Tensor:
             seen.append(any(p.requires_grad for p in model.parameters()))
-            return inner(*args)  # type: ignore[operator]
+            return inner(*args, **kwargs)  # type: ignore[operator]
 
         monkeypatch.setattr(smart_core.objective, name, spy)
     _, grads, parts = objective_r_s(model, batch, cfg, autocast=True)

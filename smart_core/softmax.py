@@ -1,0 +1,54 @@
+"""Softmax whose tangent a reverse pass can differentiate: for the linearised step's dual-tensor JVP passes.
+
+smart_core.linearized pushes the tangent through the model with dual tensors (torch.autograd.forward_ad), and
+then differentiates that tangent (R_s's parameter gradient, the ascent's VJP). PyTorch's forward-mode formulas
+for softmax and logsumexp write into a tensor that the reverse pass needs ("modified by an inplace operation",
+torch 2.13), so a model whose attention computes its own softmax (HF `eager` attention) fails there. Here the
+value is torch's own softmax, run under whatever autocast is active (CUDA autocast runs it in fp32, CPU autocast
+at the input's dtype), and the tangent is formed from plain differentiable ops:
+    p = softmax(x),   p' = p ⊙ (x' − Σ_j p_j x'_j)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class _Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(x: Tensor, dim: int, dtype: torch.dtype | None) -> Tensor:
+        return torch.softmax(x, dim, dtype=dtype)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        ctx.dim, ctx.input_dtype = inputs[1], inputs[0].dtype
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        (p,) = ctx.saved_tensors
+        dx = p * (grad - (grad * p).sum(ctx.dim, keepdim=True))  # the softmax's VJP, differentiable
+        return dx.to(ctx.input_dtype), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dx: Tensor | None, *_: Any) -> Tensor:
+        (p,) = ctx.saved_tensors
+        if dx is None:
+            return torch.zeros_like(p)
+        dx = dx.to(p.dtype)
+        out: Tensor = p * (dx - (p * dx).sum(ctx.dim, keepdim=True))
+        return out
+
+
+def softmax(
+    input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: torch.dtype | None = None
+) -> Tensor:
+    """`F.softmax`'s contract (an explicit `dim`), with the tangent of the module docstring."""
+    if dim is None:
+        raise ValueError("softmax in a linearised pass needs an explicit dim")
+    out: Tensor = _Softmax.apply(input, dim, dtype)  # type: ignore[no-untyped-call]
+    return out
