@@ -44,7 +44,7 @@ from smart_core.divergences import Reduction
 from smart_core.layer_norm import layer_norm
 from smart_core.linear import LightLinear
 from smart_core.perturbation import sizes
-from smart_core.softmax import softmax
+from smart_core.softmax import log_softmax, softmax
 from smart_core.substitution import Substituting
 
 ForwardFn = Callable[[Tensor], Tensor]  # embeddings (B, T, H) -> logits (B, C) or predictions (B,)
@@ -61,6 +61,7 @@ class LightLayerNorm(Substituting):
 # Python hop per mode); attention is `LightAttention`, a name of this module that research.attention_cost swaps
 JVP_PASS: dict[Callable[..., Any], Callable[..., Any]] = {
     **LightLinear.replacements, F.softmax: softmax, torch.softmax: softmax, Tensor.softmax: softmax,
+    F.log_softmax: log_softmax, torch.log_softmax: log_softmax, Tensor.log_softmax: log_softmax,
 }  # fmt: skip
 JVP_PASS_NORMS = {**JVP_PASS, **LightLayerNorm.replacements}
 

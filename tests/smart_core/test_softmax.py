@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import forward_ad
 
-from smart_core.softmax import softmax
+from smart_core.softmax import log_softmax, softmax
 
 
 def _through_tangent(fn, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:  # type: ignore[no-untyped-def]
@@ -18,34 +18,37 @@ def _through_tangent(fn, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor
     return out.tangent, torch.autograd.grad(loss, (x, t))
 
 
-def test_torchs_softmax_fails_where_this_one_works() -> None:
-    """The reason for the module: torch's forward-mode softmax breaks a reverse pass through its tangent. When
-    a torch release fixes it, this test fails and the substitution can go."""
+@pytest.mark.parametrize(("ours", "theirs"), [(softmax, F.softmax), (log_softmax, F.log_softmax)])
+def test_torchs_fails_where_this_one_works(ours, theirs) -> None:  # type: ignore[no-untyped-def]
+    """The reason for the module: torch's forward-mode softmax and log-softmax break a reverse pass through their
+    tangent. When a torch release fixes them, this test fails and the substitution can go."""
     x = torch.randn(3, 5, requires_grad=True)
     t = torch.randn(3, 5, requires_grad=True)
     with pytest.raises(RuntimeError, match="inplace operation"):
-        _through_tangent(lambda d: F.softmax(d, -1), x, t)
-    _through_tangent(lambda d: softmax(d, -1), x, t)
+        _through_tangent(lambda d: theirs(d, -1), x, t)
+    _through_tangent(lambda d: ours(d, -1), x, t)
 
 
 @pytest.mark.parametrize("dim", [-1, 0, 1])
-def test_value_tangent_and_gradients_match_the_reference_in_fp64(dim: int) -> None:
+@pytest.mark.parametrize(("ours", "theirs"), [(softmax, F.softmax), (log_softmax, F.log_softmax)])
+def test_value_tangent_and_gradients_match_the_reference_in_fp64(ours, theirs, dim: int) -> None:  # type: ignore[no-untyped-def]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(4, 6, 5, dtype=torch.float64, generator=gen, requires_grad=True)
     t = torch.randn(4, 6, 5, dtype=torch.float64, generator=gen, requires_grad=True)
-    tangent, grads = _through_tangent(lambda d: softmax(d, dim), x, t)
-    expected = torch.func.jvp(lambda a: F.softmax(a, dim), (x,), (t,))[1]  # functorch's formula works
-    loss = expected.pow(2).sum() + F.softmax(x, dim).pow(2).sum()
+    tangent, grads = _through_tangent(lambda d: ours(d, dim), x, t)
+    expected = torch.func.jvp(lambda a: theirs(a, dim), (x,), (t,))[1]  # functorch's formula works
+    loss = expected.pow(2).sum() + theirs(x, dim).pow(2).sum()
     torch.testing.assert_close(tangent, expected)
     for got, want in zip(grads, torch.autograd.grad(loss, (x, t)), strict=True):
         torch.testing.assert_close(got, want)
-    assert torch.equal(softmax(x, dim), F.softmax(x, dim))
+    assert torch.equal(ours(x, dim), theirs(x, dim))
 
 
-def test_gradcheck_forward_reverse_and_second_order() -> None:
+@pytest.mark.parametrize("ours", [softmax, log_softmax])
+def test_gradcheck_forward_reverse_and_second_order(ours) -> None:  # type: ignore[no-untyped-def]
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a: softmax(a, -1), (x,), check_forward_ad=True)
-    assert torch.autograd.gradgradcheck(lambda a: softmax(a, -1), (x,))
+    assert torch.autograd.gradcheck(lambda a: ours(a, -1), (x,), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(lambda a: ours(a, -1), (x,))
 
 
 def test_under_autocast_it_returns_what_torch_returns() -> None:
@@ -57,5 +60,6 @@ def test_under_autocast_it_returns_what_torch_returns() -> None:
 
 
 def test_without_a_dim_it_refuses() -> None:
-    with pytest.raises(ValueError, match="explicit dim"):
-        softmax(torch.randn(3))
+    for ours in (softmax, log_softmax):
+        with pytest.raises(ValueError, match="explicit dim"):
+            ours(torch.randn(3))
