@@ -37,10 +37,8 @@ class _Softmax(torch.autograd.Function):
         return dx.to(ctx.input_dtype), None, None
 
     @staticmethod
-    def jvp(ctx: Any, dx: Tensor | None, *_: Any) -> Tensor:
+    def jvp(ctx: Any, dx: Tensor, *_: Any) -> Tensor:  # x is the one input with a tangent
         (p,) = ctx.saved_tensors
-        if dx is None:
-            return torch.zeros_like(p)
         dx = dx.to(p.dtype)
         out: Tensor = p * (dx - (p * dx).sum(ctx.dim, keepdim=True))
         return out
@@ -74,10 +72,8 @@ class _LogSoftmax(torch.autograd.Function):
         return dx.to(ctx.input_dtype), None, None
 
     @staticmethod
-    def jvp(ctx: Any, dx: Tensor | None, *_: Any) -> Tensor:
+    def jvp(ctx: Any, dx: Tensor, *_: Any) -> Tensor:  # x is the one input with a tangent
         (log_p,) = ctx.saved_tensors
-        if dx is None:
-            return torch.zeros_like(log_p)
         dx = dx.to(log_p.dtype)
         out: Tensor = dx - (log_p.exp() * dx).sum(ctx.dim, keepdim=True)
         return out

@@ -91,3 +91,30 @@ def test_under_autocast_it_computes_in_fp32_as_layer_norm_does() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer_norm(x, (H,), torch.ones(H), torch.zeros(H)).dtype == torch.float32
     assert layer_norm(x, (H,)).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(("weight_trains", "bias_trains"), [(False, True), (True, False), (False, False)])
+def test_a_frozen_weight_or_bias_leaves_the_other_gradients_right(
+    weight_trains: bool, bias_trains: bool
+) -> None:
+    """The fused backward is asked for exactly the gradients needed: a frozen weight must not cost x or the bias
+    theirs (each flag is read from its own input)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, H, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(H, dtype=torch.float64, generator=gen).requires_grad_(weight_trains)
+    b = torch.randn(H, dtype=torch.float64, generator=gen).requires_grad_(bias_trains)
+    leaves = [t for t in (x, w, b) if t.requires_grad]
+    grads = torch.autograd.grad((layer_norm(x, (H,), w, b) ** 3).sum(), leaves)
+    expected = torch.autograd.grad((written_out(x, (H,), w, b) ** 3).sum(), leaves)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_tangent_along_the_weight_and_bias_too() -> None:
+    """A JVP in every input (x, w, b) gives the written-out norm's tangent: dy = ... + x̂·dw + db."""
+    gen = torch.Generator().manual_seed(4)
+    x, dx = (torch.randn(2, 3, H, dtype=torch.float64, generator=gen) for _ in range(2))
+    w, dw, b, db = (torch.randn(H, dtype=torch.float64, generator=gen) for _ in range(4))
+    ours = torch.func.jvp(lambda *a: layer_norm(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
+    expected = torch.func.jvp(lambda *a: written_out(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
+    torch.testing.assert_close(ours, expected)

@@ -54,9 +54,10 @@ def test_gradcheck_forward_reverse_and_second_order(ours) -> None:  # type: igno
 def test_under_autocast_it_returns_what_torch_returns() -> None:
     x = torch.randn(2, 7, dtype=torch.bfloat16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ours, theirs = softmax(x, -1), F.softmax(x, -1)
-    assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+        pairs = [(softmax(x, -1), F.softmax(x, -1)), (log_softmax(x, -1), F.log_softmax(x, -1))]
+    assert all(ours.dtype == theirs.dtype and torch.equal(ours, theirs) for ours, theirs in pairs)
     assert softmax(x, -1, dtype=torch.float32).dtype == torch.float32
+    assert log_softmax(x, -1, dtype=torch.float32).dtype == torch.float32
 
 
 def test_without_a_dim_it_refuses() -> None:
