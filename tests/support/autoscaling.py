@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from service.engine.ray_jobs import JobSubmissionAdapter
-from tests.support.cluster import RAY_PORT_FLAGS, RayHead, free_port, start_ray_head
+from tests.support.cluster import RayHead, ray_ports, start_ray_head
 
 HEAD_TYPE = "ray.head.default"
 
@@ -123,7 +123,7 @@ def start_autoscaling_head(
     nodes on demand, with the dashboard (the Jobs API) on a free port."""
     from ray._private.services import get_node_ip_address  # where the head's GCS listens
 
-    ports = {flag: free_port() for flag in RAY_PORT_FLAGS}
+    ports = ray_ports()
     config = fake_cluster_config(
         f"{get_node_ip_address()}:{ports['--port']}", worker_types, idle_timeout_s=idle_timeout_s
     )

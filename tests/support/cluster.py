@@ -5,6 +5,7 @@ the machine are left alone)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -33,6 +34,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports. Each socket stays bound until all are chosen: calling free_port() in a row
+    can hand out a port it has just released (a Ray head once got one port for two components, 30 Nov)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 class ProcessDied(RuntimeError):
@@ -117,6 +128,11 @@ RAY_PORT_FLAGS = (
 )
 
 
+def ray_ports() -> dict[str, int]:
+    """A distinct free port for each of RAY_PORT_FLAGS."""
+    return dict(zip(RAY_PORT_FLAGS, free_ports(len(RAY_PORT_FLAGS)), strict=True))
+
+
 @dataclass
 class RayHead:
     address: str
@@ -174,7 +190,7 @@ def start_ray_head(
         subprocess.run(
             [str(VENV_BIN / "ray"), "get-auth-token", "--generate"], env=env, check=True, capture_output=True
         )
-    ports = dict(ports) if ports else {flag: free_port() for flag in RAY_PORT_FLAGS}
+    ports = dict(ports) if ports else ray_ports()
     cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats"]
     cmd += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=true"]
     cmd += ["--dashboard-host=127.0.0.1", f"--temp-dir={tmp / 'ray'}"]

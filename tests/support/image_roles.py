@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from service.engine.ray_jobs import auth_headers
-from tests.support.cluster import RAY_PORT_FLAGS, ProcessDied, RayHead, Server, free_port, wait_for
+from tests.support.cluster import ProcessDied, RayHead, Server, ray_ports, wait_for
 from tests.support.dockerfile import REPO, image_command
 from tests.support.image_envs import ImageEnv
 
@@ -48,7 +48,7 @@ def start_head_in(env: ImageEnv, node_env: dict[str, str], *, num_cpus: int) -> 
     process_env = env.process_env(node_env | {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"})
     subprocess.run([str(env.bin / "ray"), "get-auth-token", "--generate"], env=process_env, cwd=tmp,
                    check=True, capture_output=True)  # fmt: skip
-    ports = {flag: free_port() for flag in RAY_PORT_FLAGS}
+    ports = ray_ports()
     cmd = [str(env.bin / "ray"), "start", "--head", "--block", "--disable-usage-stats", "--num-gpus=0"]
     cmd += [f"--num-cpus={num_cpus}", "--dashboard-host=127.0.0.1", f"--temp-dir={tmp / 'ray'}"]
     cmd += [f"{flag}={port}" for flag, port in ports.items()]
