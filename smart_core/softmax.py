@@ -19,16 +19,20 @@ import torch
 from torch import Tensor
 
 
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(x: Tensor, dim: int, dtype: torch.dtype | None) -> Tensor:
-        return torch.softmax(x, dim, dtype=dtype)
+class _OverDim(torch.autograd.Function):
+    """What softmax and log-softmax keep: their output (p or log p), the dim and the input's dtype."""
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         ctx.dim, ctx.input_dtype = inputs[1], inputs[0].dtype
         ctx.save_for_backward(output)
         ctx.save_for_forward(output)
+
+
+class _Softmax(_OverDim):
+    @staticmethod
+    def forward(x: Tensor, dim: int, dtype: torch.dtype | None) -> Tensor:
+        return torch.softmax(x, dim, dtype=dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
@@ -54,16 +58,10 @@ def softmax(
     return out
 
 
-class _LogSoftmax(torch.autograd.Function):
+class _LogSoftmax(_OverDim):
     @staticmethod
     def forward(x: Tensor, dim: int, dtype: torch.dtype | None) -> Tensor:
         return torch.log_softmax(x, dim, dtype=dtype)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        ctx.dim, ctx.input_dtype = inputs[1], inputs[0].dtype
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
