@@ -4,7 +4,8 @@ A step is what worker/training/loop.py::train_step does: the method's loss (smar
 from worker.training.adapter.EmbeddingAdapter), the finiteness check, backward, clip at 1.0, AdamW step,
 zero_grad(set_to_none=True), objective.after_update(). The LR schedule (a scalar multiply) is left out.
 Methods are `smart_core.METHOD_PRESETS` names, optionally with `+field=value` overrides (`parse_variant`),
-or PEER: the smart-pytorch port at our smart-rs-only settings. Shared by bench.step (time and memory per
+or PEER: the smart-pytorch port at our smart-rs-only settings. A `@fused` or `@unfused` tag runs the method with
+smart_core.fused's helpers compiled or eager (untagged: `auto`, compiled on a GPU): the two arms side by side. Shared by bench.step (time and memory per
 method), research.memory (the memory estimate's measurements) and research.numerics (the model it loads).
 """
 
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.padding import Batch
-from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, method_config
+from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, fused, method_config
 from smart_core.integrations.embedding import compile_encoder
 from worker.training.adapter import EmbeddingAdapter
 from worker.training.models import resolve_model
@@ -29,6 +30,7 @@ from worker.training.session import resolve_precision
 PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
+HELPER_TAGS = {"fused": "on", "unfused": "off"}  # a label's @TAG -> smart_core.fused's mode for its step
 PRECISIONS = ("fp32", "bf16")  # fp16 would need the worker's loss scaling, which a bench step leaves out
 
 
@@ -76,6 +78,7 @@ class Stepper:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.autocast = resolve_precision(precision, device)  # the worker's rule (None: fp32)
+        self.helper_mode = HELPER_TAGS.get(method.partition("@")[2])  # None: the process's mode (auto)
         self.model = model.to(device).train()
         if compile:
             compile_encoder(self.model)
@@ -109,15 +112,20 @@ class Stepper:
         clean = forward(embed)
         return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
 
+    def helpers(self) -> contextlib.AbstractContextManager[None]:
+        """smart_core.fused's mode for this method's loss and backward (its label's tag, else as it is)."""
+        return fused.fusing(self.helper_mode) if self.helper_mode else contextlib.nullcontext()
+
     def step(self, batch: Batch, labels: Tensor) -> None:
         device = batch["input_ids"].device
         # fp32 enters no autocast of its own: a caller's (research.memory's, bench.live_memory's) stays on
         precision = (
             torch.autocast(device.type, dtype=self.autocast) if self.autocast else contextlib.nullcontext()
         )
-        with precision:
-            loss = self.loss(batch, labels)
-        loss.backward()
+        with self.helpers():
+            with precision:
+                loss = self.loss(batch, labels)
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         if not bool(
             torch.isfinite(norm) & torch.isfinite(loss.detach())

@@ -9,7 +9,9 @@ kernels is shorter than its launch (an H200 at MiniLM-L6 x 128, batch 32: bench/
 method's loss (under bf16 autocast, as the worker runs it) and backward are timed, interleaved round-robin on one
 thread, the first two rounds untimed; the optimizer is left out (its update of the 22M weights is memory-bound
 work on CPU, a few fused launches on a GPU). The `launches` column is bench.flops's kernel count for the same
-loss and backward.
+loss and backward. A method tagged `@fused` (`smart+rs_arithmetic=auto+rs_dropout=shared@fused`) runs with
+smart_core.fused's helpers compiled (as `auto` runs them on a GPU; bench.stepper's tags), the others eager here;
+its launches are not counted (a compiled helper's kernels are not aten ops): its host time is the measurement.
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ from bench.stepper import Stepper, load_model
 METHODS = "vanilla,smart,smart+rs_arithmetic=auto+rs_dropout=shared,smart-breg-only"
 
 
+FUSED = "@fused"
+
+
 def _loss_and_backward(stepper: Stepper, batch: dict[str, Any], labels: torch.Tensor) -> float:
     """Seconds for one loss (bf16 autocast) and its backward; the gradients are dropped after."""
-    start = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = stepper.loss(batch, labels)
-    loss.backward()  # type: ignore[no-untyped-call]
-    seconds = time.perf_counter() - start
+    with stepper.helpers():
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = stepper.loss(batch, labels)
+        loss.backward()  # type: ignore[no-untyped-call]
+        seconds = time.perf_counter() - start
     stepper.optimizer.zero_grad(set_to_none=True)
     if stepper.objective is not None:
         stepper.objective.after_update()
@@ -70,9 +76,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             if round_ >= 2:
                 times[method].append(seconds)
     median = {m: statistics.median(v) for m, v in times.items()}
-    launches = {m: method_flops(model.train(), m, batch, labels, cpu).launches for m in methods}
+    launches = {m: method_flops(model.train(), m, batch, labels, cpu).launches for m in methods
+                if not m.endswith(FUSED)}  # fmt: skip
     rows = {m: {"host_ms": 1e3 * median[m], "host_ratio": median[m] / median["vanilla"],
-                "launches": launches[m], "launch_ratio": launches[m] / launches["vanilla"]}
+                "launches": launches.get(m), "launch_ratio": launches[m] / launches["vanilla"] if m in launches else None}
             for m in methods}  # fmt: skip
     setup = {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len, "rounds": args.rounds,
              "threads": 1, "torch": torch.__version__, "step": "loss under bf16 autocast + backward, no optimizer"}  # fmt: skip
@@ -95,9 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     for method, row in result["methods"].items():
-        print(
-            f"{method:<50} {row['host_ms']:8.1f} ms x{row['host_ratio']:.2f}  launches x{row['launch_ratio']:.2f}"
-        )
+        launches = "-" if row["launch_ratio"] is None else f"x{row['launch_ratio']:.2f}"
+        print(f"{method:<50} {row['host_ms']:8.1f} ms x{row['host_ratio']:.2f}  launches {launches}")
     return 0
 
 

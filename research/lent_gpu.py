@@ -20,12 +20,16 @@ own process with its own time limit, writing JSON under OUT and every stage's lo
 - reproduce: the campaign's methods phase (research.reproduction.direct) until the budget is spent;
 - tensor-cores (issue 28): research.tensor_cores, `bench step --precision bf16` at BERT-base and MiniLM x 128
   and 512 tokens, batch 32, exact and linearised SMART (-> step_gpu.json), then MiniLM x 128 compiled;
+- profile (issue 28): research.kernel_profile, one profiled step per method at MiniLM x 128 and BERT-base x
+  512: device kernels, their busy share of the step, the top kernels and host ops, smart_core.fused's helpers
+  compiled (`auto`) and eager (`@unfused`);
 - quality (issue 28): STS-B-1k at bf16, 10 epochs, 5 seeds: vanilla, the teacher alone, SMART exact and
   SMART linearised (research.reproduction.direct --methods ...smart-linearized), until the budget is spent.
 
-Issue 28's check, the whole of it in one call (~9 minutes on an H200):
+Issue 28's check, the whole of it in one call (~9 minutes on an H200; the exact flags: research/README.md):
 
-    python -m research.lent_gpu run --assets .gpu --out $OUT --stages tensor-cores,quality --budget-s 560 --workers 8
+    python -m research.lent_gpu run --assets .gpu --out $OUT --stages profile,tensor-cores,quality --budget-s 560 \
+        --workers 8
 """
 
 from __future__ import annotations
@@ -130,6 +134,13 @@ def stage_commands(
         return [([*py, "research.tensor_cores", "--out", str(out / "step_gpu.json"), "--device", device,
                   "--models", f"minilm-l6={minilm},bert-base={bert}", "--memory-parallel", "7",
                   "--compile-shapes", "minilm-l6:128", *args.tensor_cores_args.split()], max(60.0, budget_s - 10))]  # fmt: skip
+    if name == "profile":  # issue 28: one profiled step per method: kernels, busy share, what to fuse next
+        lin = "smart+rs_arithmetic=auto+rs_dropout=shared"
+        shapes = [(minilm, "minilm-l6", 128, ""), (bert, "bert-base", 512, f"vanilla,{lin},{lin}@unfused")]
+        return [([*py, "research.kernel_profile", "--out", str(out / f"profile_{label}x{length}.json"), "--model", path,
+                  "--label", label, "--seq-len", str(length), "--device", device,
+                  *(["--methods", methods] if methods else [])], min(120.0, budget_s / 2))
+                for path, label, length, methods in shapes]  # fmt: skip
     if (
         name == "quality"
     ):  # issue 28: STS-B-1k at bf16, exact against linearised R_s, with the teacher's effect

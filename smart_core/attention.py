@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from smart_core import fused
 from smart_core.substitution import Substituting
 
 Mask = Tensor | None  # bool (True: attend) or additive float, broadcastable to (B, heads, Tq, Tk)
@@ -94,7 +95,7 @@ def _tangent(
 CHUNK_ELEMENTS = 2**22
 ACCELERATOR_CHUNK_ELEMENTS = 2**24
 ROW_INPUTS = (0, 3)  # q and dq have a row per query; k, v, dk, dv a row per key
-Evaluated = Callable[..., Tensor]  # fn(*tensors, mask, keep) -> (B, heads, chunk, D)
+Evaluated = Callable[..., Tensor]  # fn(*tensors, mask, keep, rate, scale) -> (B, heads, chunk, D)
 
 
 def _query_chunks(q: Tensor, k: Tensor) -> list[slice]:
@@ -113,38 +114,45 @@ def _rows(t: Tensor | None, rows: slice, queries: int) -> Tensor | None:
     return t[..., rows, :]
 
 
-def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks) -> Tensor:
-    """`fn` over query chunks, without graph: one chunk's scores alive at a time."""
+def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, scale: float) -> Tensor:
+    """`fn(*tensors, mask, keep, rate, scale)` over query chunks, without graph: one chunk's scores alive at a
+    time; compiled on a GPU (smart_core.fused)."""
     queries = tensors[0].shape[-2]
     parts = []
+    run = fused.function(fn)
     for rows in _query_chunks(tensors[0], tensors[1]):
         chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(tensors)]
-        parts.append(fn(*chunk, _rows(mask, rows, queries), masks.next(rows)))
+        parts.append(run(*chunk, _rows(mask, rows, queries), masks.next(rows), masks.rate, scale))
     return torch.cat(parts, dim=-2)
 
 
 def _recomputed_grads(
-    fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, grad: Tensor, needed: Sequence[bool]
+    fn: Evaluated,
+    tensors: Sequence[Tensor],
+    mask: Mask,
+    masks: _Masks,
+    scale: float,
+    grad: Tensor,
+    needed: Sequence[bool],
 ) -> list[Tensor | None]:
-    """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor that `needed` names (None for the
-    others: an ascent through the tangent needs the tangents' alone), recomputing `fn` chunk by chunk so that
-    one chunk's graph is alive at a time."""
+    """The gradient of ⟨fn(*tensors, mask, keep, rate, scale), grad⟩ with respect to each tensor that `needed`
+    names (None for the others: an ascent through the tangent needs the tangents' alone), recomputing `fn`
+    chunk by chunk so that one chunk's graph is alive at a time; compiled on a GPU (smart_core.fused)."""
     queries = tensors[0].shape[-2]
-    leaves = [t.detach().requires_grad_(n) for t, n in zip(tensors, needed, strict=True)]
     wanted = [i for i, n in enumerate(needed) if n]
-    whole: dict[int, Tensor] = {i: torch.zeros_like(leaves[i]) for i in wanted if i not in ROW_INPUTS}
+    whole: dict[int, Tensor] = {i: torch.zeros_like(tensors[i]) for i in wanted if i not in ROW_INPUTS}
     rows_of: dict[int, list[Tensor]] = {i: [] for i in wanted if i in ROW_INPUTS}
+    gradients = fused.vjp(fn, needed)
     for rows in _query_chunks(tensors[0], tensors[1]):
-        with torch.enable_grad():  # a backward runs without grad mode: the slices must be recorded too
-            chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(leaves)]
-            out = fn(*chunk, _rows(mask, rows, queries), masks.next(rows))
-        grads = torch.autograd.grad(out, [chunk[i] for i in wanted], grad[..., rows, :])  # each one is used
+        chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(tensors)]
+        keep = masks.next(rows)
+        grads = gradients(*chunk, _rows(mask, rows, queries), keep, masks.rate, scale, grad[..., rows, :])
         for i, g in zip(wanted, grads, strict=True):
             if i in rows_of:
                 rows_of[i].append(g)
             else:
                 whole[i] += g
-    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else whole.get(i) for i in range(len(leaves))]
+    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else whole.get(i) for i in range(len(tensors))]
 
 
 class _Attention(torch.autograd.Function):
@@ -152,7 +160,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(q: Tensor, k: Tensor, v: Tensor, mask: Mask, seed: int, rate: float, scale: float) -> Tensor:
-        return _evaluate(_bound(_output, rate, scale), (q, k, v), mask, _Masks(q, k, seed, rate))
+        return _evaluate(_output, (q, k, v), mask, _Masks(q, k, seed, rate), scale)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -165,9 +173,7 @@ class _Attention(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, mask = ctx.saved_tensors
         masks = _Masks(q, k, ctx.seed, ctx.rate)
-        grads = _recomputed_grads(
-            _bound(_output, ctx.rate, ctx.scale), (q, k, v), mask, masks, grad, ctx.needs_input_grad[:3]
-        )
+        grads = _recomputed_grads(_output, (q, k, v), mask, masks, ctx.scale, grad, ctx.needs_input_grad[:3])
         return (*grads, None, None, None, None)
 
     @staticmethod
@@ -186,7 +192,7 @@ class _AttentionTangent(torch.autograd.Function):
         q: Tensor, k: Tensor, v: Tensor, dq: Tensor, dk: Tensor, dv: Tensor,
         mask: Mask, seed: int, rate: float, scale: float,
     ) -> Tensor:  # fmt: skip
-        return _evaluate(_bound(_tangent, rate, scale), (q, k, v, dq, dk, dv), mask, _Masks(q, k, seed, rate))
+        return _evaluate(_tangent, (q, k, v, dq, dk, dv), mask, _Masks(q, k, seed, rate), scale)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -198,20 +204,8 @@ class _AttentionTangent(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         *tensors, mask = ctx.saved_tensors
         masks = _Masks(tensors[0], tensors[1], ctx.seed, ctx.rate)
-        grads = _recomputed_grads(
-            _bound(_tangent, ctx.rate, ctx.scale), tensors, mask, masks, grad, ctx.needs_input_grad[:6]
-        )
+        grads = _recomputed_grads(_tangent, tensors, mask, masks, ctx.scale, grad, ctx.needs_input_grad[:6])
         return (*grads, None, None, None, None)
-
-
-def _bound(fn: Callable[..., Tensor], rate: float, scale: float) -> Evaluated:
-    """`fn(*tensors, mask, keep)` with the dropout rate and the scale fixed."""
-
-    def evaluated(*args: Any) -> Tensor:
-        *tensors, mask, keep = args
-        return fn(*tensors, mask, keep, rate, scale)
-
-    return evaluated
 
 
 def attention(

@@ -10,16 +10,19 @@ tangent and recomputes the rest in its backward:
     y  = x̂·w + b,                        x̂ = (x − μ)·r,  r = 1/√(var(x) + eps)
     dy = r·(dc − x̂·mean(x̂·dc))·w + x̂·dw + db,   dc = dx − mean(dx)
 At the dtype autocast gives layer norm (fp32 at least under autocast), decided at the call and kept by the
-backward, which may run outside autocast.
+backward, which may run outside autocast. The tangent and its gradient run compiled on a GPU (smart_core.fused:
+a few kernels each where eager takes about 12 and 37 launches).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from smart_core import fused
 
 Optional = Tensor | None
 
@@ -45,19 +48,6 @@ def _tangent(
         if dw is not None:
             out = out + normalised * dw.to(dtype)
         return out + db.to(dtype) if db is not None else out
-
-
-def _recomputed(fn: Callable[..., Tensor], tensors: Sequence[Optional], grad: Tensor) -> list[Optional]:
-    """The gradient of ⟨fn(*tensors), grad⟩ with respect to each tensor given (None stays None)."""
-    leaves = [None if t is None else t.detach().requires_grad_(True) for t in tensors]
-    with torch.enable_grad():
-        out = fn(*leaves)
-    present = [t for t in leaves if t is not None]
-    grads = iter(torch.autograd.grad(out, present, grad, allow_unused=True))
-    found = [None if t is None else next(grads) for t in leaves]
-    return [
-        torch.zeros_like(t) if g is None and t is not None else g for g, t in zip(found, leaves, strict=True)
-    ]
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -108,7 +98,7 @@ class _LayerNormTangent(torch.autograd.Function):
         x: Tensor, w: Optional, dx: Tensor, dw: Optional, db: Optional,
         dims: tuple[int, ...], eps: float, dtype: torch.dtype,
     ) -> Tensor:  # fmt: skip
-        return _tangent(x, w, dx, dw, db, dims, eps, dtype)
+        return fused.function(_tangent)(x, w, dx, dw, db, dims, eps, dtype)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -118,10 +108,12 @@ class _LayerNormTangent(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional, ...]:
-        def tangent(x: Tensor, w: Optional, dx: Tensor, dw: Optional, db: Optional) -> Tensor:
-            return _tangent(x, w, dx, dw, db, ctx.dims, ctx.eps, ctx.dtype)
-
-        return (*_recomputed(tangent, ctx.saved_tensors, grad), None, None, None)
+        saved = ctx.saved_tensors  # x, w, dx, dw, db
+        needed = [t is not None and ctx.needs_input_grad[i] for i, t in enumerate(saved)]
+        if not any(needed):
+            return (None,) * 8
+        grads = iter(fused.vjp(_tangent, needed)(*saved, ctx.dims, ctx.eps, ctx.dtype, grad))
+        return (*(next(grads) if n else None for n in needed), None, None, None)
 
 
 def layer_norm(

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import forward_ad
 
+from smart_core import fused
 from smart_core.adversarial import AdversarialResult, GradientFn, ascend
 from smart_core.attention import LightAttention
 from smart_core.config import MethodConfig
@@ -83,7 +84,8 @@ def jvp(
     (torch 2.13's dynamo): a forward that runs one needs `dual=False`, the functorch transform, which it traces.
     """
     scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
-    substitutes = JVP_PASS_NORMS if through_primal else JVP_PASS
+    # compiled, smart_core.layer_norm's tangent takes fewer launches than native_layer_norm's forward-mode formula
+    substitutes = JVP_PASS_NORMS if through_primal or fused.enabled(x.device) else JVP_PASS
     with LightAttention(), Substituting(substitutes):
         if not dual:
             out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux

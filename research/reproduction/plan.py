@@ -94,7 +94,7 @@ METHODS: tuple[Method, ...] = (
 # at radius ε, an adversary, not the initial noise. Radii in embedding-output units (LayerNorm'd: elements of
 # order 1); docs/numerics.md has R_s's accuracy at each.
 RADII = (1e-3, 1e-2, 1e-1)
-RADIUS_LAMBDAS = (1.0, 3.0)  # the paper's grid is {1, 3, 5}
+RADIUS_LAMBDAS = (0.1, 1.0, 10.0)  # issue 29: a decade either side of the paper's 1 (its grid is {1, 3, 5})
 
 
 def radius_label(epsilon: float, lambda_s: float) -> str:

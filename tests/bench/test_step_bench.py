@@ -157,6 +157,24 @@ def test_a_bf16_stepper_runs_its_forward_under_autocast_and_its_backward_after()
         Stepper(model, "vanilla", torch.device("cpu"), precision="fp16")
 
 
+def test_a_fused_or_unfused_tag_sets_smart_cores_helpers_for_the_step_and_its_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from smart_core import fused
+
+    model, tokenizer = resolve_model(
+        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
+    )
+    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
+    seen: list[str] = []
+    real_backward = torch.Tensor.backward
+    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (seen.append(fused.mode()),
+                                                                        real_backward(self, *a, **k))[1])  # fmt: skip
+    for label in ("smart-breg-only@fused", "smart-breg-only@unfused", "smart-breg-only@again"):
+        Stepper(copy.deepcopy(model), label, torch.device("cpu")).step(batch, labels)
+    assert seen == ["on", "off", "auto"] and fused.mode() == "auto"
+
+
 def test_the_matmul_rate_is_flops_over_the_best_time(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter([0.0, 10.0, 12.0, 20.0, 24.0])  # an untimed first run (its start only), then 2 s and 4 s
     monkeypatch.setattr(flops_module.time, "perf_counter", lambda: next(ticks))

@@ -28,3 +28,29 @@ def test_vanilla_comes_first() -> None:
     args = argparse.Namespace(methods="smart,vanilla", model="tiny-random", batch_size=1, seq_len=8, rounds=1)
     with pytest.raises(ValueError, match="start with vanilla"):
         host_overhead.run(args)
+
+
+def test_a_fused_arm_runs_the_compiled_helpers_and_counts_no_launches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from smart_core import fused
+
+    compiled: list[str] = []
+
+    def compile_(fn: object, **_: object) -> object:  # inductor takes minutes here: the helpers run as traced
+        compiled.append(getattr(fn, "__qualname__", "?"))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(fused, "_compiled", {})
+    linearised = "smart+rs_arithmetic=auto+rs_dropout=shared"
+    out = tmp_path / "host.json"
+    assert host_overhead.main(["--model", "tiny-random", "--rounds", "1", "--out", str(out),
+                               "--methods", f"vanilla,{linearised},{linearised}@fused"]) == 0  # fmt: skip
+    rows = json.loads(out.read_text())["methods"]
+    assert rows[f"{linearised}@fused"]["launches"] is None and rows[f"{linearised}@fused"]["host_ms"] > 0
+    assert rows[linearised]["launch_ratio"] > 1.0
+    helpers = {"_tangent", "_output", "_traced_vjp.<locals>.gradients"}  # what the @fused arm compiled
+    assert helpers <= set(compiled)

@@ -154,6 +154,7 @@ def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
         "step",
         "reproduce",
         "tensor-cores",
+        "profile",
         "quality",
     ):
         commands = lent_gpu.stage_commands(stage, tmp_path, 400.0, args)
@@ -163,6 +164,11 @@ def test_every_stage_has_a_command_within_its_budget(tmp_path: Path) -> None:
     ((cores, limit),) = lent_gpu.stage_commands("tensor-cores", tmp_path, 400.0, args)
     assert cores[cores.index("-m") + 1] == "research.tensor_cores" and cores[-2:] == ["--steps", "5"]
     assert limit == 390.0  # the stage's budget, not a fixed 360 s (the H200 ran out of it, 30 Nov)
+    profiles = lent_gpu.stage_commands("profile", tmp_path, 400.0, args)
+    assert [c[c.index("--seq-len") + 1] for c, _ in profiles] == ["128", "512"]
+    assert all(c[c.index("-m") + 1] == "research.kernel_profile" and limit <= 120 for c, limit in profiles)
+    # smart_core.fused's helpers compiled (untagged: auto) and eager (@unfused), side by side
+    assert "@unfused" in profiles[1][0][profiles[1][0].index("--methods") + 1]
     ((quality, limit),) = lent_gpu.stage_commands("quality", tmp_path, 400.0, args)
     methods = quality[quality.index("--methods") + 1].split(",")
     assert {"smart", "smart-linearized"} <= set(methods) and quality[
