@@ -140,6 +140,8 @@ def _recomputed_grads(
     chunk by chunk so that one chunk's graph is alive at a time; compiled on a GPU (smart_core.fused)."""
     queries = tensors[0].shape[-2]
     wanted = [i for i, n in enumerate(needed) if n]
+    if not wanted:  # only the mask needed a gradient (an additive one that requires grad): it gets none
+        return [None] * len(tensors)
     whole: dict[int, Tensor] = {i: torch.zeros_like(tensors[i]) for i in wanted if i not in ROW_INPUTS}
     rows_of: dict[int, list[Tensor]] = {i: [] for i in wanted if i in ROW_INPUTS}
     gradients = fused.vjp(fn, needed)

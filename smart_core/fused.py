@@ -94,6 +94,8 @@ def _call(
         compiled = _compiled[key] = torch.compile(traced, dynamic=True, fullgraph=True)
     try:
         return compiled(*args)
+    except torch.OutOfMemoryError:  # the device's, not the compiler's: eager would not fit either
+        raise
     except Exception as err:  # a real error in the helper, eager, raises again below
         _broken.add(key)
         warnings.warn(f"smart_core.fused: {key[1]} runs eager: compiling it failed ({err})", stacklevel=3)
@@ -134,7 +136,11 @@ def _eager_vjp(fn: Callable[..., Tensor], needed: tuple[bool, ...]) -> Callable[
 
     def gradients(*args: Any) -> tuple[Tensor, ...]:
         *inputs, grad = args
-        leaves = [t.detach().requires_grad_(True) if n else t for t, n in zip(inputs, needed, strict=True)]
+        # every tensor detached (a saved tensor may carry its graph): only the chosen ones are recorded
+        leaves = [
+            t.detach().requires_grad_(n) if isinstance(t, Tensor) else t
+            for t, n in zip(inputs, needed, strict=True)
+        ]
         chosen = [t for t, n in zip(leaves, needed, strict=True) if n]
         with torch.enable_grad():  # a backward runs without grad mode
             out = fn(*leaves)

@@ -187,3 +187,12 @@ def test_an_accelerator_takes_larger_query_chunks() -> None:
         q = torch.empty(32, 12, 512, 64, device=device)
         chunks = attention_module._query_chunks(q, q)
         assert len(chunks) == expected and chunks[0].start == 0 and chunks[-1].stop == 512
+
+
+def test_a_mask_that_alone_requires_grad_gets_none() -> None:
+    """Only an additive mask requires grad: the backward runs, and the mask gets no gradient (as before the
+    recomputation: attention's mask is an input, not a parameter)."""
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    mask = torch.zeros(1, 1, 4, 4, requires_grad=True)
+    attention(q, k, v, attn_mask=mask).sum().backward()
+    assert mask.grad is None

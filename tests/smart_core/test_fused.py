@@ -41,6 +41,58 @@ def test_auto_runs_eager_on_cpu_and_on_compiles_anywhere() -> None:
         assert not fused.enabled(cpu)
 
 
+def test_auto_compiles_on_cuda_only_with_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = torch.device("cuda")
+    for triton, expected in ((True, True), (False, False)):
+        monkeypatch.setattr(fused, "_has_triton", lambda triton=triton: triton)
+        with fused.fusing("auto"):
+            assert fused.enabled(cuda) is expected
+    with fused.fusing("off"):
+        assert not fused.enabled(cuda)
+
+
+def test_fusing_restores_the_mode_it_found() -> None:
+    with fused.fusing("on"):
+        with fused.fusing("off"):
+            assert fused.mode() == "off"
+        assert fused.mode() == "on"
+        with pytest.raises(RuntimeError), fused.fusing("off"):
+            raise RuntimeError("inside")
+        assert fused.mode() == "on"
+    assert fused.mode() == "auto"
+
+
+def test_the_first_compile_raises_dynamos_recompile_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: fn)
+    monkeypatch.setattr(fused, "_compiled", {})
+    config = torch._dynamo.config  # a ConfigModule: monkeypatch's undo would delete the setting
+    before = config.recompile_limit
+    config.recompile_limit = 8
+    try:
+        with fused.fusing("on"):
+            fused.function(_product)(torch.randn(3), torch.randn(3), 2.0)
+        assert config.recompile_limit == fused.RECOMPILE_LIMIT
+    finally:
+        config.recompile_limit = before
+
+
+def test_only_an_enabled_device_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[object] = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: compiled.append(fn) or fn)
+    monkeypatch.setattr(fused, "_compiled", {})
+    a, b, grad = torch.randn(3), torch.randn(3), torch.randn(3)
+    for helpers in ("auto", "off"):  # a CPU tensor: eager under both
+        with fused.fusing(helpers):
+            fused.function(_product)(a, b, 2.0)
+            fused.vjp(_product, [True])(a, b, 2.0, grad)
+    assert compiled == []
+    with fused.fusing("on"):
+        for _ in range(2):  # compiled once, then reused
+            fused.function(_product)(a, b, 2.0)
+            fused.vjp(_product, [True])(a, b, 2.0, grad)
+    assert compiled[0] is _product and len(compiled) == 2
+
+
 def test_a_mode_is_checked() -> None:
     with pytest.raises(ValueError, match="auto, on, off"):
         with fused.fusing("sometimes"):
@@ -89,6 +141,21 @@ def test_a_helper_that_fails_to_compile_runs_eager_with_one_warning(monkeypatch:
             second = fused.function(_product)(a, b, 2.0)
     assert torch.equal(first, _product(a, b, 2.0)) and torch.equal(second, first)
     assert attempts == [1]  # not compiled again
+
+
+def test_running_out_of_memory_is_not_a_compiler_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    def out_of_memory(fn: Any, **_: Any) -> Any:
+        def run(*args: Any) -> Any:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", out_of_memory)
+    monkeypatch.setattr(fused, "_compiled", {})
+    monkeypatch.setattr(fused, "_broken", set())
+    with fused.fusing("on"), pytest.raises(torch.OutOfMemoryError):
+        fused.function(_product)(torch.randn(3), torch.randn(3), 2.0)
+    assert not fused._broken  # the helper stays compiled
 
 
 def _layer_norm_tangent_and_grads(x: Tensor, w: Tensor, b: Tensor, dx: Tensor) -> list[Tensor]:
