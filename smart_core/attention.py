@@ -114,6 +114,11 @@ def _rows(t: Tensor | None, rows: slice, queries: int) -> Tensor | None:
     return t[..., rows, :]
 
 
+def _joined(parts: list[Tensor]) -> Tensor:
+    """The chunks' rows in order (one chunk, the usual case on a GPU, as it is: no copy)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
+
+
 def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Masks, scale: float) -> Tensor:
     """`fn(*tensors, mask, keep, rate, scale)` over query chunks, without graph: one chunk's scores alive at a
     time; compiled on a GPU (smart_core.fused)."""
@@ -123,7 +128,7 @@ def _evaluate(fn: Evaluated, tensors: Sequence[Tensor], mask: Mask, masks: _Mask
     for rows in _query_chunks(tensors[0], tensors[1]):
         chunk = [t[..., rows, :] if i in ROW_INPUTS else t for i, t in enumerate(tensors)]
         parts.append(run(*chunk, _rows(mask, rows, queries), masks.next(rows), masks.rate, scale))
-    return torch.cat(parts, dim=-2)
+    return _joined(parts)
 
 
 def _recomputed_grads(
@@ -142,7 +147,7 @@ def _recomputed_grads(
     wanted = [i for i, n in enumerate(needed) if n]
     if not wanted:  # only the mask needed a gradient (an additive one that requires grad): it gets none
         return [None] * len(tensors)
-    whole: dict[int, Tensor] = {i: torch.zeros_like(tensors[i]) for i in wanted if i not in ROW_INPUTS}
+    whole: dict[int, Tensor] = {}  # k, v and their tangents: summed over the chunks (one chunk: no sum)
     rows_of: dict[int, list[Tensor]] = {i: [] for i in wanted if i in ROW_INPUTS}
     gradients = fused.vjp(fn, needed)
     for rows in _query_chunks(tensors[0], tensors[1]):
@@ -153,8 +158,8 @@ def _recomputed_grads(
             if i in rows_of:
                 rows_of[i].append(g)
             else:
-                whole[i] += g
-    return [torch.cat(rows_of[i], dim=-2) if i in rows_of else whole.get(i) for i in range(len(tensors))]
+                whole[i] = g if i not in whole else whole[i] + g
+    return [_joined(rows_of[i]) if i in rows_of else whole.get(i) for i in range(len(tensors))]
 
 
 class _Attention(torch.autograd.Function):
