@@ -9,7 +9,10 @@ operands, autocast-cast). Elementwise work is not counted: it is memory-bound an
 
 The same pass counts the step's kernel launches (`launches`: every aten op but views, detaches and scalar
 reads): a GPU step at small batch is launch-bound, and there its time follows this count times the host's cost
-per op (an H200 at MiniLM x 128 paid 11-23 µs per op), whatever its FLOPs.
+per op (an H200 at MiniLM x 128 paid 11-23 µs per op), whatever its FLOPs. Under the counter smart_core.fused's
+helpers run eager; `helper_launches` are the launches inside them and `helper_calls` the calls, so
+`launches - helper_launches + helper_calls` is the count with each helper one compiled region (a GPU runs a
+region as one to a few kernels).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch.utils.flop_counter import flop_registry
 
 from bench import sync
 from bench.stepper import Stepper
+from smart_core import fused
 
 aten = torch.ops.aten
 FORMULAS: dict[Any, Callable[..., int]] = {
@@ -54,6 +58,20 @@ class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.flops: dict[torch.dtype, int] = defaultdict(int)
         self.launches = 0  # aten ops that run a kernel (module docstring)
         self.syncs = 0  # scalar reads: on a GPU each waits for the queue to drain
+        self.helper_launches = 0  # of `launches`, those inside smart_core.fused's helpers (module docstring)
+        self.helper_calls = 0  # the helpers' calls while counting
+
+    def __enter__(self) -> DtypeFlops:
+        self._calls_before = fused.helper_calls()
+        return super().__enter__()  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.helper_calls += fused.helper_calls() - self._calls_before
+
+    def regions(self) -> int:
+        """`launches` with each helper call counted once: the step as a GPU runs it with the helpers compiled."""
+        return self.launches - self.helper_launches + self.helper_calls
 
     def __torch_dispatch__(
         self,
@@ -68,6 +86,7 @@ class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.syncs += 1
         elif not func.is_view and func._overloadpacket not in NO_KERNEL:
             self.launches += 1
+            self.helper_launches += fused.inside_helper()
         formula = FORMULAS.get(func._overloadpacket)
         if formula is not None:
             dtype = next(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))

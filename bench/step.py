@@ -15,6 +15,8 @@ the LR schedule.
   precision (`setup.matmul_tflops`: bench.flops.matmul_rate, bf16 for `--precision bf16`).
 - `launches`, `launch_ratio`: the aten ops that run a kernel in that step's loss and backward, and their
   ratio to vanilla's (bench/flops.py): where a GPU step is launch-bound, its time ratio follows this one.
+  `fused_launches`, `fused_launch_ratio`: the same with each of smart_core.fused's helper calls counted as one
+  compiled region, as a GPU runs them (`auto`); equal to `launches` for a method that calls none.
 - `--precision bf16`: every step's loss under bf16 autocast, its backward after (as the worker trains);
   `--compile`: each copy's encoder compiled as `compile: true` compiles it. The memory children do the same.
 """
@@ -38,6 +40,7 @@ from bench import CONTENTION_LIMIT, check_targets, clean_median, spread, sync, t
 from bench.flops import matmul_rate, method_flops
 from bench.padding import ROOT, Batch, fixed_batch, padding_benchmark
 from bench.stepper import PEER, Stepper, load_model, parse_variant
+from smart_core import fused
 from worker.training.adapter import EmbeddingAdapter
 
 WARMUP_ROUNDS = 2  # untimed rounds: lazy AdamW state, allocator growth, oneDNN/cuBLAS kernel selection
@@ -226,12 +229,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     step_s = {m: clean_median(times[m], clean[m]) for m in times}
     peak = measure_memory(methods, args, device)
     flops = {m: method_flops(model, m, batch, labels, device) for m in methods}
+    with fused.fusing(
+        "on"
+    ):  # each helper one region, the passes as a GPU builds them (`auto`): counted eager
+        regions = {m: method_flops(model, m, batch, labels, device).regions() if flops[m].helper_calls else
+                   flops[m].launches for m in methods}  # fmt: skip
     rate = matmul_rate(device, torch.bfloat16 if precision == "bf16" else torch.float32)
     results = {
         m: {"step_s": step_s[m], "peak_mb": peak[m], "time_ratio": step_s[m] / step_s["vanilla"],
             "mem_ratio": peak[m] / peak["vanilla"], "flops_bf16_share": flops[m].share(torch.bfloat16),
             "matmul_gflop": flops[m].total() / 1e9,
             "launches": flops[m].launches, "launch_ratio": flops[m].launches / flops["vanilla"].launches,
+            "fused_launches": regions[m], "fused_launch_ratio": regions[m] / regions["vanilla"],
             "mfu": flops[m].total() / step_s[m] / rate}
         for m in methods
     }  # fmt: skip

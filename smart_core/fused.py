@@ -38,6 +38,7 @@ ENV = "SMARTUNE_FUSED_HELPERS"
 RECOMPILE_LIMIT = 64  # raised to this at the first compile (never lowered)
 _state = {"mode": os.environ.get(ENV, "auto")}
 _compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_tally = {"depth": 0, "calls": 0}  # helpers running now (nested) and called so far: bench.flops reads them
 _broken: set[tuple[Any, ...]] = set()  # helpers whose compilation failed: eager from then on
 
 
@@ -61,10 +62,15 @@ def fusing(value: str) -> Iterator[None]:
         _state["mode"] = before
 
 
+def wanted(device: torch.device) -> bool:
+    """Whether the mode asks for compiled helpers on `device` (`enabled` says whether they run so now)."""
+    current = mode()
+    return current == "on" or (current == "auto" and device.type == "cuda" and _has_triton())
+
+
 def enabled(device: torch.device) -> bool:
     """Whether helpers for tensors on `device` run compiled now (module docstring)."""
-    current = mode()
-    if current == "off" or (current == "auto" and (device.type != "cuda" or not _has_triton())):
+    if not wanted(device):
         return False
     # bench.flops's counter would see the compiled code's fallbacks, not its kernels; a functorch level would
     # have dynamo trace through the transform's wrappers
@@ -83,6 +89,27 @@ def _call(
     key: tuple[Any, ...], eager: Callable[..., Any], traced: Callable[..., Any], args: Sequence[Any]
 ) -> Any:
     """`eager(*args)`, or `traced` compiled (cached under `key`) where enabled: the same function of args."""
+    _tally["calls"] += 1
+    _tally["depth"] += 1
+    try:
+        return _run(key, eager, traced, args)
+    finally:
+        _tally["depth"] -= 1
+
+
+def inside_helper() -> bool:
+    """Whether a helper is running (eager, under bench.flops's counter): its ops would be one compiled region."""
+    return _tally["depth"] > 0
+
+
+def helper_calls() -> int:
+    """Helper calls in this process so far, compiled or eager."""
+    return _tally["calls"]
+
+
+def _run(
+    key: tuple[Any, ...], eager: Callable[..., Any], traced: Callable[..., Any], args: Sequence[Any]
+) -> Any:
     if key in _broken or not enabled(_first_device(args)):
         return eager(*args)
     compiled = _compiled.get(key)

@@ -84,8 +84,9 @@ def jvp(
     (torch 2.13's dynamo): a forward that runs one needs `dual=False`, the functorch transform, which it traces.
     """
     scale = tangent.detach().float().pow(2).mean().sqrt().clamp_min(_TINY)  # a scalar: RMS of the tangent
-    # compiled, smart_core.layer_norm's tangent takes fewer launches than native_layer_norm's forward-mode formula
-    substitutes = JVP_PASS_NORMS if through_primal or fused.enabled(x.device) else JVP_PASS
+    # compiled (smart_core.fused), smart_core.layer_norm's tangent takes fewer launches than native layer norm's
+    # forward-mode formula; asked for, not only running compiled, so that bench.flops counts the GPU's structure
+    substitutes = JVP_PASS_NORMS if through_primal or fused.wanted(x.device) else JVP_PASS
     with LightAttention(), Substituting(substitutes):
         if not dual:
             out = torch.func.jvp(forward, (x,), (tangent / scale,))  # (primal, tangent): no aux

@@ -100,3 +100,18 @@ def test_kernel_launches_per_step_stay_where_they_were_measured() -> None:
     assert 2.0 <= exact <= 3.0, exact
     assert 5.0 <= linear <= 9.0, linear
     assert 1.0 < teacher <= 1.6, teacher
+
+
+def test_helper_calls_count_as_one_region_each() -> None:
+    """Under the counter smart_core.fused's helpers run eager; their launches and calls are counted apart, so
+    `regions()` is the step as a GPU runs it with them compiled: fewer launches for the linearised step, the
+    same for vanilla (which calls none)."""
+    model, batch = lin.tiny_bert(dropout=0.1)
+    vanilla = method_flops(model.train(), "vanilla", batch, LABELS, CPU)
+    linear = method_flops(
+        model.train(), "smart+rs_dropout=shared+rs_arithmetic=auto+diagnostics_every=0", batch, LABELS, CPU
+    )
+    assert (vanilla.helper_calls, vanilla.helper_launches, vanilla.regions()) == (0, 0, vanilla.launches)
+    assert 0 < linear.helper_calls < linear.helper_launches < linear.launches
+    assert linear.regions() == linear.launches - linear.helper_launches + linear.helper_calls
+    assert linear.regions() / vanilla.regions() < 0.7 * linear.launches / vanilla.launches

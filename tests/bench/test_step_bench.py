@@ -69,7 +69,7 @@ def test_json_shape(result: dict[str, Any]) -> None:
     assert set(result["methods"]) == {"vanilla", "smart", "vanilla@again"}
     for entry in result["methods"].values():
         assert set(entry) == {"step_s", "peak_mb", "time_ratio", "mem_ratio", "flops_bf16_share", "matmul_gflop",
-                              "launches", "launch_ratio", "mfu"}  # fmt: skip
+                              "launches", "launch_ratio", "fused_launches", "fused_launch_ratio", "mfu"}  # fmt: skip
         share = entry["flops_bf16_share"]  # 0 for an exact fp32 step
         assert all(_finite_positive(v) for k, v in entry.items() if k != "flops_bf16_share"), entry
         assert 0.0 <= share <= 1.0
@@ -78,6 +78,8 @@ def test_json_shape(result: dict[str, Any]) -> None:
     assert result["methods"]["smart"]["matmul_gflop"] > 2 * result["methods"]["vanilla"]["matmul_gflop"]
     assert result["methods"]["vanilla@again"]["launch_ratio"] == 1.0
     assert result["methods"]["smart"]["launch_ratio"] > 1.5  # a second forward and backward at least
+    # the exact step calls no smart_core.fused helper: compiled or not, the same launches
+    assert result["methods"]["smart"]["fused_launches"] == result["methods"]["smart"]["launches"]
     # Not 1 on CPU: SDPA with attention dropout falls back to its math backend, which computes bf16 in fp32.
     assert result["methods"]["vanilla"]["flops_bf16_share"] > 0.8
     assert result["methods"]["smart"]["flops_bf16_share"] < 0.1  # independent dropout: the exact fp32 step
