@@ -123,9 +123,10 @@ def method_flops(
     model: nn.Module, method: str, batch: Mapping[str, Tensor], labels: Tensor, device: torch.device
 ) -> DtypeFlops:
     """`step_flops` of one step of `method` (a bench.stepper variant) on a copy of `model`, which is left as
-    it was."""
+    it was; under its tag's settings (`@unfused`, `@wide`: Stepper.helpers), as the step it times runs."""
     stepper = Stepper(copy.deepcopy(model), method, device)
-    return step_flops(lambda: stepper.loss(dict(batch), labels), device)
+    with stepper.helpers():
+        return step_flops(lambda: stepper.loss(dict(batch), labels), device)
 
 
 def method_bf16_share(

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import smart_core.attention as attention
 from bench.padding import Batch
 from smart_core import METHOD_PRESETS, MethodConfig, ModelFns, Objective, fused, method_config
 from smart_core.integrations.embedding import compile_encoder
@@ -31,6 +32,11 @@ PEER = "smart-pytorch"  # the PyPI port, run at our smart-rs-only settings
 LR = 1e-5
 PLANNED_UPDATES = 10_000  # the teacher's β schedule only; irrelevant to cost
 HELPER_TAGS = {"fused": "on", "unfused": "off"}  # a label's @TAG -> smart_core.fused's mode for its step
+# a label's @TAG -> smart_core.attention's query-chunk budget on an accelerator for its step, in score entries:
+# `wide` is one chunk up to B·heads·Tq·Tk = 2^27 (BERT-base x 512 x 32 is 1.0e8), where the default 2^24 makes 7
+# and each chunk costs ~38 launches a layer (research.launch_count --chunk-elements): the lent GPU weighs the
+# launches it saves against the memory it costs
+CHUNK_TAGS = {"wide": 2**27}
 PRECISIONS = ("fp32", "bf16")  # fp16 would need the worker's loss scaling, which a bench step leaves out
 
 
@@ -78,7 +84,9 @@ class Stepper:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.autocast = resolve_precision(precision, device)  # the worker's rule (None: fp32)
-        self.helper_mode = HELPER_TAGS.get(method.partition("@")[2])  # None: the process's mode (auto)
+        tag = method.partition("@")[2]
+        self.helper_mode = HELPER_TAGS.get(tag)  # None: the process's mode (auto)
+        self.chunk_elements = CHUNK_TAGS.get(tag)  # None: smart_core.attention's
         self.model = model.to(device).train()
         if compile:
             compile_encoder(self.model)
@@ -112,9 +120,22 @@ class Stepper:
         clean = forward(embed)
         return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
 
-    def helpers(self) -> contextlib.AbstractContextManager[None]:
-        """smart_core.fused's mode for this method's loss and backward (its label's tag, else as it is)."""
-        return fused.fusing(self.helper_mode) if self.helper_mode else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def helpers(self) -> Iterator[None]:
+        """smart_core.fused's mode and attention's accelerator chunk budget for this method's loss and backward
+        (its label's tag, else as they are)."""
+        with fused.fusing(self.helper_mode) if self.helper_mode else contextlib.nullcontext():
+            if self.chunk_elements is None:
+                yield
+                return
+            default, attention.ACCELERATOR_CHUNK_ELEMENTS = (
+                attention.ACCELERATOR_CHUNK_ELEMENTS,
+                self.chunk_elements,
+            )
+            try:
+                yield
+            finally:
+                attention.ACCELERATOR_CHUNK_ELEMENTS = default
 
     def step(self, batch: Batch, labels: Tensor) -> None:
         device = batch["input_ids"].device

@@ -3,7 +3,8 @@ PyTorch and transformers, no Ray, MLflow or package index, 64 MiB carried with t
 
     python -m research.lent_gpu pack --assets .gpu          # here: what the machine lacks, under 64 MiB
     python -m research.lent_gpu run --assets .gpu --out $OUT --stages smoke,memory,step,numerics
-    python -m research.lent_gpu run --assets .gpu --out $OUT --stages reproduce --budget-s 480
+    python -m research.lent_gpu run --assets .gpu --out $OUT --stages reproduce --budget-s 480 \
+        [--reproduce-from EARLIER.jsonl]   # an earlier lease's trials: only the rest run
 
 `pack` writes into ASSETS (an ignored folder, carried with the call): the offline MiniLM as fp16
 safetensors (90 MB in fp32 is over the limit; `run` restores fp32 from it, each weight rounded once to
@@ -169,6 +170,15 @@ def _run_group(command: list[str], env: dict[str, str], log: IO[str], timeout: f
         return 124
 
 
+def seed_earlier_trials(args: argparse.Namespace) -> None:
+    """An earlier lease's trials into OUT, where the quality and reproduce stages append: they run only what
+    those lack (research.reproduction.direct skips a finished trial), so a campaign longer than one lease
+    resumes in the next."""
+    for earlier, name in ((args.quality_from, "quality.jsonl"), (args.reproduce_from, "direct.jsonl")):
+        if earlier:
+            shutil.copy2(earlier, args.out / name)
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     site = Path("/tmp/site")
@@ -182,8 +192,7 @@ def run(args: argparse.Namespace) -> int:
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # fmt: skip
     restore_models(args.assets)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.quality_from:  # an earlier lease's trials: the quality stage runs only what they lack
-        shutil.copy2(args.quality_from, args.out / "quality.jsonl")
+    seed_earlier_trials(args)
     failed = []
     with (args.out / "log.txt").open("a") as log:
         for stage in args.stages.split(","):
@@ -243,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--tensor-cores-args", default="", help="more flags for research.tensor_cores")
     running.add_argument(
         "--quality-from", type=Path, default=None, help="quality: trials already run (JSONL)"
+    )
+    running.add_argument(
+        "--reproduce-from", type=Path, default=None, help="reproduce: trials already run (JSONL)"
     )
     comparing = sub.add_parser("compare", help="two JSONL records of the same trials: identical or not")
     comparing.add_argument("first", type=Path)

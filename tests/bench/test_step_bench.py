@@ -177,6 +177,30 @@ def test_a_fused_or_unfused_tag_sets_smart_cores_helpers_for_the_step_and_its_ba
     assert seen == ["on", "off", "auto"] and fused.mode() == "auto"
 
 
+def test_a_wide_tag_sets_attentions_accelerator_chunks_for_the_step_and_its_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import smart_core.attention as attention
+
+    model, tokenizer = resolve_model(
+        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
+    )
+    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
+    default = attention.ACCELERATOR_CHUNK_ELEMENTS
+    seen: list[int] = []
+    real_backward = torch.Tensor.backward
+    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (seen.append(attention.ACCELERATOR_CHUNK_ELEMENTS),
+                                                                        real_backward(self, *a, **k))[1])  # fmt: skip
+    for label in ("smart-breg-only@wide", "smart-breg-only"):
+        Stepper(copy.deepcopy(model), label, torch.device("cpu")).step(batch, labels)
+    assert seen == [2**27, default] and attention.ACCELERATOR_CHUNK_ELEMENTS == default
+    failing = Stepper(copy.deepcopy(model), "smart-breg-only@wide", torch.device("cpu"))
+    monkeypatch.setattr(failing, "loss", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.step(batch, labels)
+    assert attention.ACCELERATOR_CHUNK_ELEMENTS == default  # restored when the step fails too
+
+
 def test_the_matmul_rate_is_flops_over_the_best_time(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter([0.0, 10.0, 12.0, 20.0, 24.0])  # an untimed first run (its start only), then 2 s and 4 s
     monkeypatch.setattr(flops_module.time, "perf_counter", lambda: next(ticks))

@@ -227,3 +227,15 @@ def test_compare_says_whether_two_runs_of_the_same_trials_are_identical(
     assert [r["identical"] for r in reports] == [True, False]
     assert reports[1]["max_abs_difference"]["rte/smart/1/train_loss"] == pytest.approx(1e-4)
     assert lent_gpu.main(["compare", str(a), str(b)]) == 0
+
+
+def test_an_earlier_leases_trials_seed_the_stages_records(tmp_path: Path) -> None:
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text('{"task": "rte", "seed": 1}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    lent_gpu.seed_earlier_trials(argparse.Namespace(out=out, quality_from=None, reproduce_from=earlier))
+    assert (out / "direct.jsonl").read_text() == earlier.read_text()
+    assert not (out / "quality.jsonl").exists()
+    lent_gpu.seed_earlier_trials(argparse.Namespace(out=out, quality_from=earlier, reproduce_from=None))
+    assert (out / "quality.jsonl").read_text() == earlier.read_text()
