@@ -17,6 +17,11 @@ from smart_core.attention import attention
 from smart_core.layer_norm import layer_norm
 
 
+# A helper whose compilation fails runs eager with a warning, and would then match eager trivially: in the
+# compiled tests that warning is a failure (a mutant that breaks the traced path was caught only so).
+COMPILED_FOR_REAL = pytest.mark.filterwarnings("error:smart_core.fused:UserWarning")
+
+
 def _product(a: Tensor, b: Tensor, scale: float) -> Tensor:
     return (a * b).sin() * scale
 
@@ -115,8 +120,31 @@ def test_eager_gradients_are_autograds_with_zeros_for_an_unused_input() -> None:
     torch.testing.assert_close(only_b, expected[1])
     (unused,) = fused.vjp(lambda x, y: x * 2.0, [False, True])(a, b, grad)
     assert torch.equal(unused, torch.zeros_like(b))
+    used, unused = fused.vjp(lambda x, y: x * 2.0, [True, True])(a, b, grad)  # the output needs grad, y not
+    torch.testing.assert_close(used, 2.0 * grad)
+    assert torch.equal(unused, torch.zeros_like(b))
     with pytest.raises(ValueError, match="at least one"):
         fused.vjp(_product, [False, False])
+
+
+def test_a_helper_call_is_tallied_and_known_inside_only_while_it_runs() -> None:
+    # bench.flops counts a helper's ops as one region from these two (tests/bench/test_flops.py)
+    seen: list[bool] = []
+
+    def probe(a: Tensor, b: Tensor, scale: float) -> Tensor:
+        seen.append(fused.inside_helper())
+        return _product(a, b, scale)
+
+    calls = fused.helper_calls()
+    assert not fused.inside_helper()
+    with fused.fusing("off"):  # eager: the tally is the same
+        fused.function(probe)(torch.ones(2), torch.ones(2), 1.0)
+        # nested: inside in the inner helper, and in the outer one after the inner has returned
+        fused.function(lambda a: (fused.function(probe)(a, a, 1.0), seen.append(fused.inside_helper()))[0])(
+            torch.ones(2)
+        )
+    assert seen == [True, True, True] and not fused.inside_helper()
+    assert fused.helper_calls() == calls + 3
 
 
 def test_a_helper_that_fails_to_compile_runs_eager_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,6 +196,7 @@ def _layer_norm_tangent_and_grads(x: Tensor, w: Tensor, b: Tensor, dx: Tensor) -
 
 
 @pytest.mark.slow
+@COMPILED_FOR_REAL
 def test_the_compiled_layer_norm_tangent_and_its_gradients_are_eagers() -> None:
     torch.manual_seed(0)
     x, dx = torch.randn(2, 5, 16) * 3 + 1, torch.randn(2, 5, 16)
@@ -192,6 +221,7 @@ def _attention_everything(inputs: list[Tensor], mask: Tensor, rate: float) -> li
 
 
 @pytest.mark.slow
+@COMPILED_FOR_REAL
 def test_compiled_attention_is_eagers_in_value_tangent_and_gradients() -> None:
     torch.manual_seed(0)
     inputs = [torch.randn(2, 3, 9, 8) for _ in range(6)]  # (B, heads, T, D): q, k, v and their tangents
@@ -205,6 +235,7 @@ def test_compiled_attention_is_eagers_in_value_tangent_and_gradients() -> None:
 
 
 @pytest.mark.slow
+@COMPILED_FOR_REAL
 def test_a_linearised_step_with_compiled_helpers_is_the_eager_one() -> None:
     """The whole linearised objective under bf16 autocast (tiny BERT, dropout on, `shared` masks): R_s and
     every parameter's gradient, compiled helpers against eager ones."""
