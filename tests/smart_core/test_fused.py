@@ -16,7 +16,6 @@ from smart_core import fused
 from smart_core.attention import attention
 from smart_core.layer_norm import layer_norm
 
-
 # A helper whose compilation fails runs eager with a warning, and would then match eager trivially: in the
 # compiled tests that warning is a failure (a mutant that breaks the traced path was caught only so).
 COMPILED_FOR_REAL = pytest.mark.filterwarnings("error:smart_core.fused:UserWarning")
