@@ -2,7 +2,7 @@
 
 At the paper's ε = 1e-5 R_s is inert (R_s grows as ε², its gradient was 1e-7 of the task loss's), so
 "R_s does not help" was shown only for a vanishing perturbation. `plan.RADIUS_METHODS` runs the ball at
-ε = 1e-3, 1e-2, 1e-1 with λ_s 1 and 3, on the same random subsets and seeds as vanilla and the teacher alone
+ε = 1e-3, 1e-2, 1e-1 with λ_s 0.1, 1 and 10, on the same random subsets and seeds as vanilla and the teacher alone
 (`smart-breg-only`, λ_s = 0), and each trial's record says whether its adversary acted (`ascent_check`).
 """
 
@@ -103,10 +103,13 @@ def radius_section(records: Records) -> list[str]:
     tasks = sorted({r["task"] for r in records if r["method"] in plan.RADIUS_LABELS})
     if not tasks:
         return []
+    lambdas = ", ".join(f"{lam:g}" for lam in plan.RADIUS_LAMBDAS)
+    radii = ", ".join(f"{eps:g}" for eps in plan.RADII)
     out = [
         "## SMART at radii where R_s acts (ε x λ_s)",
         "",
-        "The ball at ε with σ = ε and η = 100 ε (the paper's ratios at its ε = 1e-5), λ_s 1 and 3, μ = 1, shared",
+        f"The ball at ε ∈ {{{radii}}} with σ = ε and η = 100 ε (the paper's ratios at its ε = 1e-5), λ_s ∈",
+        f"{{{lambdas}}}, μ = 1, shared",
         "dropout masks; vanilla and the teacher alone (λ_s = 0) on the same seeds and rows. Each score is dev at",
         "the epoch the validation rows chose. *Ascent acted*: ‖δ‖∞ ≥ 0.9 ε, the ascent step at least the",
         "initial noise's length, the ascent direction geometric (signal ≥ 0.5) and R_s above its δ = 0 control,",
@@ -115,5 +118,23 @@ def radius_section(records: Records) -> list[str]:
     ]
     for task in tasks:
         metric = next(r["metric"] for r in records if r["task"] == task)
-        out += [f"### {task} ({metric})", "", *HEADER, *task_rows(records, task), ""]
+        out += [f"### {task} ({metric})", "", *progress(records, task), "", *HEADER, *task_rows(records, task), ""]
     return out
+
+
+def progress(records: Records, task: str) -> list[str]:
+    """How much of the task's grid has run, and its two baselines' scores (the cells' reference)."""
+    labels = ["vanilla", "smart-breg-only", *(m.label for m in plan.RADIUS_METHODS)]
+    done = [r for r in records if r["task"] == task and r["method"] in labels]
+    seeds = sorted({r["seed"] for r in done})
+    planned = len(labels) * len(plan.SEEDS)
+    devices = sorted({f"{r.get('device', '?')} ({r.get('precision', '?')})" for r in done})
+    lines = [f"{len(done)} of {planned} trials ({len(labels)} rows x {len(plan.SEEDS)} seeds), seeds run: "
+             f"{', '.join(map(str, seeds))}; ran on {', '.join(devices)}."]  # fmt: skip
+    for method, name in (("vanilla", "vanilla"), ("smart-breg-only", "the teacher alone")):
+        values = list(_values(records, task, method).values())
+        if values:
+            m, sd = mean_sd(values)
+            spread = "–" if math.isnan(sd) else f"{sd:.2f}"
+            lines.append(f"{name.capitalize()}: {m:.2f} ± {spread} (n = {len(values)}).")
+    return [" ".join(lines)]
