@@ -118,7 +118,15 @@ def radius_section(records: Records) -> list[str]:
     ]
     for task in tasks:
         metric = next(r["metric"] for r in records if r["task"] == task)
-        out += [f"### {task} ({metric})", "", *progress(records, task), "", *HEADER, *task_rows(records, task), ""]
+        out += [
+            f"### {task} ({metric})",
+            "",
+            *progress(records, task),
+            "",
+            *HEADER,
+            *task_rows(records, task),
+            "",
+        ]
     return out
 
 

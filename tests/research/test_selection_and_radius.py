@@ -122,7 +122,9 @@ def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_t
         "| 0.01 | 1 | 3 | 82.00 ± 1.00 | +1.00 [+1.00, +1.00], t 0.000, sign 0.25 | +0.50, t 0.000 | 3 of 3 |"
         in text
     )
-    assert "9 of 55 trials (11 rows x 5 seeds), seeds run: 1, 2, 3; ran on " in text  # how far the grid has run
+    assert (
+        "9 of 55 trials (11 rows x 5 seeds), seeds run: 1, 2, 3; ran on " in text
+    )  # how far the grid has run
     assert "Vanilla: 81.00 ± 1.00 (n = 3). The teacher alone: 81.50 ± 1.00 (n = 3)." in text
     assert "ε ∈ {0.001, 0.01, 0.1}" in text and "{0.1, 1, 10}" in text  # the plan's grid, not a stale one
     assert radius.radius_section([r for r in records if r["method"] == "vanilla"]) == []
