@@ -82,7 +82,8 @@ def test_the_first_compile_raises_dynamos_recompile_limit(monkeypatch: pytest.Mo
 
 def test_only_an_enabled_device_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled: list[object] = []
-    monkeypatch.setattr(torch, "compile", lambda fn, **_: compiled.append(fn) or fn)
+    options: list[dict[str, object]] = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or options.append(kw) or fn)
     monkeypatch.setattr(fused, "_compiled", {})
     a, b, grad = torch.randn(3), torch.randn(3), torch.randn(3)
     for helpers in ("auto", "off"):  # a CPU tensor: eager under both
@@ -95,6 +96,9 @@ def test_only_an_enabled_device_compiles(monkeypatch: pytest.MonkeyPatch) -> Non
             fused.function(_product)(a, b, 2.0)
             fused.vjp(_product, [True])(a, b, 2.0, grad)
     assert compiled[0] is _product and len(compiled) == 2
+    # one graph each (a break would split it into more launches) and sizes symbolic from the first call (a
+    # helper sees a new sequence length every batch)
+    assert options == [{"dynamic": True, "fullgraph": True}] * 2
 
 
 def test_a_mode_is_checked() -> None:
