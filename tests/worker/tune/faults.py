@@ -98,8 +98,9 @@ class TrialWatcher(threading.Thread):
 
 
 def limit_address_space(headroom: int) -> Action:
-    """Caps the process's virtual memory at what it maps now plus `headroom` bytes (RLIMIT_AS): its next
-    large allocation fails as on a host whose memory ran out."""
+    """Caps the process's virtual memory at what it maps now plus `headroom` bytes (RLIMIT_AS; a negative
+    headroom caps it below: no new mapping fits until the process unmaps that much): its next large
+    allocation fails as on a host whose memory ran out."""
 
     def act(_run: Run, pid: int) -> dict[str, Any]:
         limit = mapped_bytes(pid) + headroom
