@@ -159,19 +159,26 @@ def test_a_bf16_stepper_runs_its_forward_under_autocast_and_its_backward_after()
         Stepper(model, "vanilla", torch.device("cpu"), precision="fp16")
 
 
+def _tagged_steps(monkeypatch: pytest.MonkeyPatch, probe: Any) -> tuple[Any, Any, Any, list[Any]]:
+    """(tiny model, batch, labels, seen): each backward from now on appends `probe()` to `seen` first, so a
+    test reads what a tag had set while the step's backward ran."""
+    model, tokenizer = resolve_model(
+        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
+    )
+    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
+    seen: list[Any] = []
+    real_backward = torch.Tensor.backward
+    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (seen.append(probe()),
+                                                                        real_backward(self, *a, **k))[1])  # fmt: skip
+    return model, batch, labels, seen
+
+
 def test_a_fused_or_unfused_tag_sets_smart_cores_helpers_for_the_step_and_its_backward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from smart_core import fused
 
-    model, tokenizer = resolve_model(
-        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
-    )
-    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
-    seen: list[str] = []
-    real_backward = torch.Tensor.backward
-    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (seen.append(fused.mode()),
-                                                                        real_backward(self, *a, **k))[1])  # fmt: skip
+    model, batch, labels, seen = _tagged_steps(monkeypatch, fused.mode)
     for label in ("smart-breg-only@fused", "smart-breg-only@unfused", "smart-breg-only@again"):
         Stepper(copy.deepcopy(model), label, torch.device("cpu")).step(batch, labels)
     assert seen == ["on", "off", "auto"] and fused.mode() == "auto"
@@ -182,15 +189,8 @@ def test_a_wide_tag_sets_attentions_accelerator_chunks_for_the_step_and_its_back
 ) -> None:
     import smart_core.attention as attention
 
-    model, tokenizer = resolve_model(
-        TINY_RANDOM_ALIAS, num_labels=2, is_regression=False, head_dropout=0.0, seed=0
-    )
-    batch, labels, _ = fixed_batch(tokenizer, 2, 8)
     default = attention.ACCELERATOR_CHUNK_ELEMENTS
-    seen: list[int] = []
-    real_backward = torch.Tensor.backward
-    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (seen.append(attention.ACCELERATOR_CHUNK_ELEMENTS),
-                                                                        real_backward(self, *a, **k))[1])  # fmt: skip
+    model, batch, labels, seen = _tagged_steps(monkeypatch, lambda: attention.ACCELERATOR_CHUNK_ELEMENTS)
     for label in ("smart-breg-only@wide", "smart-breg-only"):
         Stepper(copy.deepcopy(model), label, torch.device("cpu")).step(batch, labels)
     assert seen == [2**27, default] and attention.ACCELERATOR_CHUNK_ELEMENTS == default
