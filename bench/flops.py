@@ -120,11 +120,22 @@ def bf16_share(loss: Callable[[], Tensor], device: torch.device) -> float:
 
 
 def method_flops(
-    model: nn.Module, method: str, batch: Mapping[str, Tensor], labels: Tensor, device: torch.device
+    model: nn.Module,
+    method: str,
+    batch: Mapping[str, Tensor],
+    labels: Tensor,
+    device: torch.device,
+    *,
+    updates_done: int = 0,
 ) -> DtypeFlops:
     """`step_flops` of one step of `method` (a bench.stepper variant) on a copy of `model`, which is left as
-    it was; under its tag's settings (`@unfused`, `@wide`: Stepper.helpers), as the step it times runs."""
+    it was; under its tag's settings (`@unfused`, `@wide`: Stepper.helpers), as the step it times runs.
+    `updates_done`: the optimizer updates before the counted step, as the objective counts them. At 0 a SMART
+    step also runs its diagnostics (R_s at δ = 0 and the ascent signal, every `diagnostics_every` updates);
+    at 1 it is the step the other nine of ten are."""
     stepper = Stepper(copy.deepcopy(model), method, device)
+    if stepper.objective is not None:
+        stepper.objective.steps = updates_done
     with stepper.helpers():
         return step_flops(lambda: stepper.loss(dict(batch), labels), device)
 

@@ -14,7 +14,9 @@ the LR schedule.
 - `mfu`: those FLOPs per second of the timed step over the device's measured matmul rate at the run's
   precision (`setup.matmul_tflops`: bench.flops.matmul_rate, bf16 for `--precision bf16`).
 - `launches`, `launch_ratio`: the aten ops that run a kernel in that step's loss and backward, and their
-  ratio to vanilla's (bench/flops.py): where a GPU step is launch-bound, its time ratio follows this one.
+  ratio to vanilla's (bench/flops.py): where a GPU step is launch-bound, its time ratio follows this one. Counted,
+  like `flops_bf16_share` and `mfu`'s FLOPs, at a step without the diagnostics (as the median step is; a method's
+  `+diagnostics_every=1` twin runs them every step).
   `fused_launches`, `fused_launch_ratio`: the same with each of smart_core.fused's helper calls counted as one
   compiled region, as a GPU runs them (`auto`); equal to `launches` for a method that calls none.
 - `--precision bf16`: every step's loss under bf16 autocast, its backward after (as the worker trains);
@@ -228,11 +230,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     del steppers
     step_s = {m: clean_median(times[m], clean[m]) for m in times}
     peak = measure_memory(methods, args, device)
-    flops = {m: method_flops(model, m, batch, labels, device) for m in methods}
+    # counted at the step the median times: updates_done=1 runs no diagnostics (except where they run every step)
+    flops = {m: method_flops(model, m, batch, labels, device, updates_done=1) for m in methods}
     with fused.fusing(
         "on"
     ):  # each helper one region, the passes as a GPU builds them (`auto`): counted eager
-        regions = {m: method_flops(model, m, batch, labels, device).regions() if flops[m].helper_calls else
+        regions = {m: method_flops(model, m, batch, labels, device, updates_done=1).regions()
+                   if flops[m].helper_calls else
                    flops[m].launches for m in methods}  # fmt: skip
     rate = matmul_rate(device, torch.bfloat16 if precision == "bf16" else torch.float32)
     results = {

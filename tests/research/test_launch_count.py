@@ -70,3 +70,29 @@ def test_a_counted_batch_must_divide_the_batch_and_the_budget_and_have_two_rows(
     with pytest.raises(ValueError, match=why):
         launch_count.chunk_budget(batch_size, rows)
     assert launch_count.chunk_budget(1, 1) == attention.ACCELERATOR_CHUNK_ELEMENTS
+
+
+def test_a_smart_step_is_counted_with_and_without_its_diagnostics(tmp_path: Path) -> None:
+    out = tmp_path / "launches.json"
+    every_5 = "smart+diagnostics_every=5"
+    assert launch_count.main(["--model", "tiny-random", "--batch-size", "2", "--seq-len", "16", "--out", str(out),
+                              "--methods", f"vanilla,{every_5},smart+diagnostics_every=0"]) == 0  # fmt: skip
+    rows = json.loads(out.read_text())["methods"]
+    vanilla, smart, never = rows["vanilla"], rows[every_5], rows["smart+diagnostics_every=0"]
+    assert vanilla["diagnostics_launches"] == vanilla["launches"] and vanilla["diagnostics_every"] == 0
+    # the exact step's diagnostics: two no-grad forwards for R_s at δ = 0, two gradients for the ascent signal
+    assert smart["diagnostics_launches"] > 1.5 * smart["launches"]
+    assert smart["launches"] == never["launches"] == never["diagnostics_launches"]  # nothing else differs
+    extra = smart["diagnostics_fused_launches"] - smart["fused_launches"]
+    assert smart["mean_fused_launches"] == pytest.approx(smart["fused_launches"] + extra / 5)
+    assert smart["mean_fused_launch_ratio"] == pytest.approx(
+        smart["mean_fused_launches"] / vanilla["fused_launches"]
+    )
+
+
+def test_the_diagnostics_period_of_each_kind_of_method() -> None:
+    assert launch_count.diagnostics_period("smart") == 10
+    assert launch_count.diagnostics_period("smart+diagnostics_every=3@wide") == 3
+    assert launch_count.diagnostics_period("smart-breg-only") == 0  # no R_s: nothing to diagnose
+    assert launch_count.diagnostics_period("vanilla") == 0
+    assert launch_count.diagnostics_period("smart-pytorch") == 0
