@@ -42,6 +42,7 @@ from smart_core.bregman import ProximalReference
 from smart_core.config import MethodConfig
 from smart_core.divergences import divergence, task_loss
 from smart_core.dropout import RngState, eval_mode, replaying
+from smart_core.linear import casts_shared
 from smart_core.linearized import linear_ascent_gradient, linearized_regularizer
 from smart_core.perturbation import initial_noise
 from smart_core.precision import StepPlan, full_precision, step_arithmetic, step_plan
@@ -213,11 +214,13 @@ class Objective:
         if plan.linear_outer:
             clean = fns.forward(x) if mode == "off" else None
             # `shared`: the final JVP pass is the clean forward itself, drawing the masks the ascent replayed.
-            reference, adv = linearized_regularizer(
-                x_rs, forward, fns.mask, cfg, self.regression, self.generator,
-                outer_forward=forward if mode == "off" else fns.forward, noise=noise, gradient=gradient,
-                dual=dual,
-            )  # fmt: skip
+            # the passes' linear layers cast each weight once (not where compiled code casts its own)
+            with casts_shared(self.module if dual else None):
+                reference, adv = linearized_regularizer(
+                    x_rs, forward, fns.mask, cfg, self.regression, self.generator,
+                    outer_forward=forward if mode == "off" else fns.forward, noise=noise, gradient=gradient,
+                    dual=dual,
+                )  # fmt: skip
             clean = reference if clean is None else clean
         else:
             clean = fns.forward(x)

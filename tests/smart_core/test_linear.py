@@ -4,19 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from smart_core.linear import LightLinear, _Linear, linear
+from smart_core.linear import LightLinear, _Linear, casts_shared, linear
 
 # The FLOP counter is the benchmarks' (bench/flops.py); skipped where only smart_core is importable.
 DtypeFlops = pytest.importorskip("bench.flops").DtypeFlops
 
 IN, OUT = 12, 7
+
+
+class _Casts(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts dtype casts (aten._to_copy) while active."""
+
+    count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += func._overloadpacket is torch.ops.aten._to_copy
+        return func(*args, **(kwargs or {}))
 
 
 def _tensors(bias: bool, dims: int) -> list[Tensor]:
@@ -136,3 +148,50 @@ def test_light_linear_runs_every_nn_linear_as_ours() -> None:
         out, tangent = torch.func.jvp(layer, (x,), (dx,))
     assert counter.total() == 2 * 2 * x.shape[0] * IN * OUT
     torch.testing.assert_close(tangent, F.linear(dx, layer.weight))
+
+
+def test_within_casts_shared_each_weight_is_cast_once_and_reaches_its_gradient() -> None:
+    layer = torch.nn.Linear(IN, OUT)
+    x = torch.randn(3, IN)
+    casts = _Casts()
+    with torch.autocast("cpu", dtype=torch.bfloat16), casts, casts_shared(layer):
+        assert casts.count == 2  # the weight and the bias, on entry
+        layer.requires_grad_(False)  # a frozen pass first (the ascent)
+        frozen = linear(x, layer.weight, layer.bias)
+        assert not frozen.requires_grad
+        layer.requires_grad_(True)
+        trained = linear(x, layer.weight, layer.bias)
+        assert casts.count == 4  # x twice: the weight and bias casts are shared
+        torch.testing.assert_close(trained, frozen, rtol=0, atol=0)
+        trained.sum().backward()
+        with torch.no_grad():
+            layer.weight.mul_(2.0)  # changed in place: the next use casts again
+        doubled = linear(x, layer.weight, layer.bias)
+        # the backward cast the two gradients back to fp32; then x and the changed weight, not the bias
+        assert casts.count == 4 + 2 + 2 and not torch.equal(doubled, trained)
+    assert layer.weight.grad is not None and layer.bias.grad is not None
+    torch.testing.assert_close(
+        layer.weight.grad, torch.ones(3, OUT).t() @ x.bfloat16().float(), rtol=0.01, atol=0
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # outside the scope: a cast per call again
+        casts = _Casts()
+        with casts:
+            linear(x, layer.weight, layer.bias)
+        assert casts.count == 3
+
+
+def test_casts_shared_reaches_only_the_modules_linear_layers_and_nothing_without_autocast() -> None:
+    layer, other = torch.nn.Linear(IN, OUT), torch.nn.Linear(IN, OUT)
+    x = torch.randn(3, IN)
+    casts = _Casts()
+    with casts, torch.autocast("cpu", dtype=torch.bfloat16), casts_shared(layer):
+        assert casts.count == 2
+        linear(x, other.weight, other.bias)
+        linear(x, other.weight, other.bias)  # not the module's: cast on every call
+        assert casts.count == 8
+    with casts, casts_shared(layer):
+        linear(x, layer.weight, layer.bias)  # no autocast: fp32, nothing cast on entry or in the call
+        assert casts.count == 8
+    with casts_shared(None), torch.autocast("cpu", dtype=torch.bfloat16), casts:
+        linear(x, layer.weight, layer.bias)  # no module: as outside the scope
+    assert casts.count == 11

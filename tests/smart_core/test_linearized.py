@@ -8,13 +8,16 @@ tests read is the Objective's own (the task loss is switched off, so the backwar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import smart_core.objective
 from smart_core import MethodConfig, ModelFns, Objective, method_config
@@ -352,3 +355,41 @@ def test_linearized_refuses_independent_dropout() -> None:
         method_config("smart", rs_arithmetic="linearized")
     method_config("smart", rs_arithmetic="linearized", rs_dropout="shared")
     method_config("vanilla", rs_arithmetic="linearized")  # no R_s: nothing to linearise
+
+
+class _Casts(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts dtype casts (aten._to_copy) while active."""
+
+    count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += func._overloadpacket is torch.ops.aten._to_copy
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_sharing_the_weight_casts_changes_nothing_but_the_casts(
+    dropout: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A linearised bf16 step (ascent and R_s both JVP passes) with each linear weight cast once for its passes
+    (smart_core.linear.casts_shared) computes bitwise what it computed with a cast per pass, R_s and every
+    gradient, with 2 casts per linear layer (weight, bias) fewer: the final pass reuses the frozen ascent's
+    casts. (`renorm` linearises its ascent only: its other passes take autocast's own cached casts.)"""
+    model, batch = tiny_bert(dropout=dropout)
+    layers = sum(isinstance(m, nn.Linear) for m in model.modules())
+
+    def step() -> tuple[Tensor, list[Tensor], int]:
+        torch.manual_seed(5)
+        casts = _Casts()
+        with casts:
+            r_s, grads, _ = objective_r_s(model.train(), batch, SETTINGS["ball"], autocast=True)
+        return r_s, grads, casts.count
+
+    shared = step()
+    monkeypatch.setattr(smart_core.objective, "casts_shared", lambda module: contextlib.nullcontext())
+    per_pass = step()
+    assert shared[0].item() > 0
+    torch.testing.assert_close(shared[0], per_pass[0], rtol=0, atol=0)
+    for a, b in zip(shared[1], per_pass[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert per_pass[2] - shared[2] == 2 * layers
