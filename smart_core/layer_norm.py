@@ -71,10 +71,14 @@ class _LayerNorm(torch.autograd.Function):
         ctx.save_for_backward(x, w, b, output[1], output[2])  # mean and rstd: (..., 1) each
         ctx.save_for_forward(x, w)
         ctx.mark_non_differentiable(output[1], output[2])
+        # a missing tangent (the weights') or gradient (mean's, rstd's) comes as None, not as zeros made for it
+        ctx.set_materialize_grads(False)
         ctx.dims, ctx.eps, ctx.dtype = dims, eps, dtype
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Optional, ...]:
+    def backward(ctx: Any, grad: Optional, *_: Any) -> tuple[Optional, ...]:
+        if grad is None:  # the output reached nothing that is differentiated
+            return (None,) * 6
         x, w, b, mean, rstd = ctx.saved_tensors
         shape = x.shape[len(x.shape) - len(ctx.dims) :]
         needed = [ctx.needs_input_grad[0], w is not None and ctx.needs_input_grad[1],
@@ -87,7 +91,9 @@ class _LayerNorm(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dx: Optional, dw: Optional, db: Optional, *_: Any) -> tuple[Tensor, None, None]:
-        x, w = ctx.saved_tensors  # dx: zeros where x has no tangent (the grads materialise by default)
+        x, w = ctx.saved_tensors
+        dx = torch.zeros_like(x) if dx is None else dx  # only the weights carry a tangent (no pass of ours)
+        dw, db = (None if t is None or t._is_zerotensor() else t for t in (dw, db))
         out: Tensor = _LayerNormTangent.apply(x, w, dx, dw, db, ctx.dims, ctx.eps, ctx.dtype)  # type: ignore[no-untyped-call]
         return out, None, None
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from smart_core.layer_norm import layer_norm
 
@@ -118,3 +121,40 @@ def test_the_tangent_along_the_weight_and_bias_too() -> None:
     ours = torch.func.jvp(lambda *a: layer_norm(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
     expected = torch.func.jvp(lambda *a: written_out(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
     torch.testing.assert_close(ours, expected)
+
+
+class _Fills(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """The zero tensors made while active (aten.zeros, zeros_like, new_zeros)."""
+
+    made = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.made += func._overloadpacket in (
+            torch.ops.aten.zeros,
+            torch.ops.aten.zeros_like,
+            torch.ops.aten.new_zeros,
+        )
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dual", [True, False])
+def test_no_zeros_are_made_for_the_weights_missing_tangents_or_the_statistics_gradients(dual: bool) -> None:
+    """The linearised step's passes: x carries a tangent, the weights none, and mean and rstd reach no loss.
+    Zeros materialised for them cost two launches a call forward and two back (72 a MiniLM-L6 step)."""
+    gen = torch.Generator().manual_seed(5)
+    x, dx = (torch.randn(3, 5, H, dtype=torch.float64, generator=gen) for _ in range(2))
+    w, b = (torch.randn(H, dtype=torch.float64, generator=gen).requires_grad_(True) for _ in range(2))
+    x.requires_grad_(True)
+    fills = _Fills()
+    with fills:
+        if dual:
+            with fwAD.dual_level():
+                out, tangent = fwAD.unpack_dual(layer_norm(fwAD.make_dual(x, dx), (H,), w, b))
+        else:
+            out, tangent = torch.func.jvp(lambda a: layer_norm(a, (H,), w, b), (x,), (dx,))
+        grads = torch.autograd.grad((tangent**2).sum() + out.sum(), (x, w, b))
+    assert fills.made == 0
+    expected_out, expected_tangent = torch.func.jvp(lambda a: written_out(a, (H,), w, b), (x,), (dx,))
+    expected = torch.autograd.grad((expected_tangent**2).sum() + expected_out.sum(), (x, w, b))
+    for got, want in zip((out, tangent, *grads), (expected_out, expected_tangent, *expected), strict=True):
+        torch.testing.assert_close(got, want)
