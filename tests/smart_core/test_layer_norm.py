@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from smart_core.layer_norm import layer_norm
+
+from .op_count import OpCount
 
 H = 16
 
@@ -123,18 +123,8 @@ def test_the_tangent_along_the_weight_and_bias_too() -> None:
     torch.testing.assert_close(ours, expected)
 
 
-class _Fills(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """The zero tensors made while active (aten.zeros, zeros_like, new_zeros)."""
-
-    made = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.made += func._overloadpacket in (
-            torch.ops.aten.zeros,
-            torch.ops.aten.zeros_like,
-            torch.ops.aten.new_zeros,
-        )
-        return func(*args, **(kwargs or {}))
+def _Fills() -> OpCount:
+    return OpCount(torch.ops.aten.zeros, torch.ops.aten.zeros_like, torch.ops.aten.new_zeros)
 
 
 @pytest.mark.parametrize("dual", [True, False])
@@ -153,7 +143,7 @@ def test_no_zeros_are_made_for_the_weights_missing_tangents_or_the_statistics_gr
         else:
             out, tangent = torch.func.jvp(lambda a: layer_norm(a, (H,), w, b), (x,), (dx,))
         grads = torch.autograd.grad((tangent**2).sum() + out.sum(), (x, w, b))
-    assert fills.made == 0
+    assert fills.count == 0
     expected_out, expected_tangent = torch.func.jvp(lambda a: written_out(a, (H,), w, b), (x,), (dx,))
     expected = torch.autograd.grad((expected_tangent**2).sum() + expected_out.sum(), (x, w, b))
     for got, want in zip((out, tangent, *grads), (expected_out, expected_tangent, *expected), strict=True):

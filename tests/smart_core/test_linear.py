@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from smart_core.linear import LightLinear, _Linear, casts_shared, linear
+
+from .op_count import OpCount
 
 # The FLOP counter is the benchmarks' (bench/flops.py); skipped where only smart_core is importable.
 DtypeFlops = pytest.importorskip("bench.flops").DtypeFlops
@@ -21,14 +21,8 @@ DtypeFlops = pytest.importorskip("bench.flops").DtypeFlops
 IN, OUT = 12, 7
 
 
-class _Casts(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts dtype casts (aten._to_copy) while active."""
-
-    count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += func._overloadpacket is torch.ops.aten._to_copy
-        return func(*args, **(kwargs or {}))
+def _Casts() -> OpCount:
+    return OpCount(torch.ops.aten._to_copy)
 
 
 def _tensors(bias: bool, dims: int) -> list[Tensor]:

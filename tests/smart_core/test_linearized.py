@@ -12,12 +12,10 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import smart_core.objective
 from smart_core import MethodConfig, ModelFns, Objective, method_config
@@ -26,6 +24,7 @@ from smart_core.linearized import jvp, linear_ascent_gradient, quadratic_diverge
 from smart_core.perturbation import initial_noise
 
 from . import reference as ref
+from .op_count import OpCount
 
 transformers = pytest.importorskip("transformers")
 # The worker's split at the embedding-layer output; skipped where only smart_core is importable.
@@ -357,14 +356,8 @@ def test_linearized_refuses_independent_dropout() -> None:
     method_config("vanilla", rs_arithmetic="linearized")  # no R_s: nothing to linearise
 
 
-class _Casts(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts dtype casts (aten._to_copy) while active."""
-
-    count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += func._overloadpacket is torch.ops.aten._to_copy
-        return func(*args, **(kwargs or {}))
+def _Casts() -> OpCount:
+    return OpCount(torch.ops.aten._to_copy)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
