@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -113,14 +114,24 @@ def test_a_frozen_weight_or_bias_leaves_the_other_gradients_right(
         torch.testing.assert_close(got, want)
 
 
-def test_the_tangent_along_the_weight_and_bias_too() -> None:
-    """A JVP in every input (x, w, b) gives the written-out norm's tangent: dy = ... + x̂·dw + db."""
+@pytest.mark.parametrize("along_x", [True, False])
+def test_the_tangent_along_the_weight_and_bias_too(along_x: bool) -> None:
+    """A JVP in the weight and bias, with or without x, gives the written-out norm's tangent, dy = ... + x̂·dw + db,
+    and so do the gradients through that tangent to every input and tangent."""
     gen = torch.Generator().manual_seed(4)
-    x, dx = (torch.randn(2, 3, H, dtype=torch.float64, generator=gen) for _ in range(2))
-    w, dw, b, db = (torch.randn(H, dtype=torch.float64, generator=gen) for _ in range(4))
-    ours = torch.func.jvp(lambda *a: layer_norm(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
-    expected = torch.func.jvp(lambda *a: written_out(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
-    torch.testing.assert_close(ours, expected)
+    x, dx = (torch.randn(2, 3, H, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(2))
+    w, dw, b, db = (torch.randn(H, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(4))
+    leaves = [x, w, dx, dw, db] if along_x else [x, w, dw, db]  # the tangent does not depend on b
+
+    def through_tangent(norm: Callable[..., Tensor]) -> list[Tensor]:
+        if along_x:
+            tangent = torch.func.jvp(lambda *a: norm(a[0], (H,), a[1], a[2]), (x, w, b), (dx, dw, db))[1]
+        else:  # x is a constant of the JVP: only the weights carry a tangent
+            tangent = torch.func.jvp(lambda *a: norm(x, (H,), a[0], a[1]), (w, b), (dw, db))[1]
+        return [tangent, *torch.autograd.grad((tangent**2).sum(), leaves)]
+
+    for got, want in zip(through_tangent(layer_norm), through_tangent(written_out), strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def _Fills() -> OpCount:
@@ -148,3 +159,49 @@ def test_no_zeros_are_made_for_the_weights_missing_tangents_or_the_statistics_gr
     expected = torch.autograd.grad((expected_tangent**2).sum() + expected_out.sum(), (x, w, b))
     for got, want in zip((out, tangent, *grads), (expected_out, expected_tangent, *expected), strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("weights", [torch.float32, torch.bfloat16])
+def test_a_bf16_input_under_autocast_is_normalised_linearised_and_differentiated_in_fp32(
+    weights: torch.dtype,
+) -> None:
+    """A bf16 residual stream (a model kept in bf16): under autocast the value, the tangent and the weights'
+    gradients through both are those of the fp64 norm of the same numbers to fp32's precision, not bf16's
+    (statistics or a tangent's mean taken at bf16 are off by ~1e-3); x's and dx's gradients come back at bf16,
+    each a sum of bf16 roundings."""
+    gen = torch.Generator().manual_seed(6)
+    x, dx = (torch.randn(3, 5, H, generator=gen).bfloat16().requires_grad_(True) for _ in range(2))
+    w, b = (torch.randn(H, generator=gen).to(weights).requires_grad_(True) for _ in range(2))
+
+    def everything(norm: Callable[..., Tensor], leaves: list[Tensor]) -> list[Tensor]:
+        out, tangent = torch.func.jvp(
+            lambda a: norm(a, (H,), leaves[2], leaves[3]), (leaves[0],), (leaves[1],)
+        )
+        loss = (tangent**2).sum() + (out * 1.3).sum()
+        return [out, tangent, *torch.autograd.grad(loss, leaves)]
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = everything(layer_norm, [x, dx, w, b])
+    reference = everything(written_out, [t.detach().double().requires_grad_(True) for t in (x, dx, w, b)])
+    out, tangent, grad_x, grad_dx, grad_w, grad_b = ours
+    assert out.dtype == tangent.dtype == torch.float32 and grad_x.dtype == grad_dx.dtype == torch.bfloat16
+    exact, rounded = [(out, 0), (tangent, 1)], [(grad_x, 2), (grad_dx, 3)]  # (ours, the reference's index)
+    (exact if weights == torch.float32 else rounded).extend([(grad_w, 4), (grad_b, 5)])
+    for got, index in exact:
+        torch.testing.assert_close(got.double(), reference[index], rtol=2e-5, atol=2e-5)
+    for got, index in rounded:  # at bf16: fp32 results rounded (x's: the tangent's and the primal's, summed)
+        torch.testing.assert_close(got.double(), reference[index], rtol=2**-6, atol=1e-2)
+
+
+def test_a_backward_with_no_gradient_for_the_output_returns_none_for_each_input() -> None:
+    """Grads are not materialised (set_materialize_grads(False)): a backward whose output reached nothing that
+    is differentiated gets None and answers None for its six inputs, not zeros it would have to make; the
+    tangent's backward, asked for no input's gradient, answers None for its eight."""
+    from smart_core.layer_norm import _LayerNorm, _LayerNormTangent
+
+    assert _LayerNorm.backward(object(), None, None, None) == (None,) * 6
+    x = torch.randn(2, H)
+    frozen = SimpleNamespace(saved_tensors=(x, None, x, None, None), needs_input_grad=(False,) * 8)
+    assert (
+        _LayerNormTangent.backward(frozen, torch.ones(2, H)) == (None,) * 8
+    )  # nothing it was given needs one

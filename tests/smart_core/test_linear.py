@@ -107,7 +107,7 @@ def test_under_autocast_it_computes_what_autocast_computes(bias: bool) -> None:
 
 def test_each_gradient_is_computed_and_kept_for_only_where_it_is_needed() -> None:
     """A frozen weight keeps no activation and costs no matmul for its gradient; an input that needs no
-    gradient keeps no weight and costs none either."""
+    gradient keeps no weight and costs none either; a frozen bias costs no reduction (the frozen ascent)."""
     x, _, w, b = _tensors(True, 3)
     grad = torch.randn(3, 5, OUT, dtype=torch.float64)
     rows = 3 * 5 * IN * OUT * 2  # one matmul over every row
@@ -118,10 +118,11 @@ def test_each_gradient_is_computed_and_kept_for_only_where_it_is_needed() -> Non
             lambda t, kept=kept: kept.append(tuple(t.shape)) or t, lambda t: t
         ):
             out = linear(xi, wi, bi)
-        counter = DtypeFlops()
-        with counter:
+        counter, sums = DtypeFlops(), OpCount(torch.ops.aten.sum)
+        with counter, sums:
             out.backward(grad)
         assert kept == [kept_shape] and counter.total() == rows
+        assert sums.count == 0  # the bias is frozen too: no reduction for its gradient
         expected = grad @ w if x_grad else grad.reshape(-1, OUT).t() @ x.reshape(-1, IN)
         torch.testing.assert_close(xi.grad if x_grad else wi.grad, expected)
         assert (wi.grad if x_grad else xi.grad) is None
@@ -132,6 +133,8 @@ def test_a_linear_layer_whose_input_carries_no_tangent_has_a_zero_one() -> None:
     ctx = SimpleNamespace(saved_tensors=(x, w), shape=torch.Size((3, 5, OUT)), dtype=torch.float64)
     tangent = _Linear.jvp(ctx, None, None, None)
     assert tangent.shape == (3, 5, OUT) and tangent.dtype == torch.float64 and not tangent.any()
+    meta = SimpleNamespace(saved_tensors=(x.to("meta"), w.to("meta")), shape=ctx.shape, dtype=ctx.dtype)
+    assert _Linear.jvp(meta, None, None, None).device.type == "meta"  # on the weights' device, not the CPU
 
 
 def test_light_linear_runs_every_nn_linear_as_ours() -> None:

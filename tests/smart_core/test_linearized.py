@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import smart_core.objective
 from smart_core import MethodConfig, ModelFns, Objective, method_config
 from smart_core.adversarial import exact_ascent_gradient
-from smart_core.linearized import jvp, linear_ascent_gradient, quadratic_divergence
+from smart_core.linearized import jvp, linear_ascent_gradient, linearized_regularizer, quadratic_divergence
 from smart_core.perturbation import initial_noise
 
 from . import reference as ref
@@ -46,13 +46,13 @@ SETTINGS = {
 Batch = dict[str, Tensor]
 
 
-def tiny_bert(dropout: float = 0.0, attention: str = "sdpa") -> tuple[nn.Module, Batch]:
-    """A random 2-layer BERT (H 64, 3 labels; init std 0.1, so its layers are more than the identity) and a
-    batch of 6 sequences of 16 tokens, two of them padded."""
+def tiny_bert(dropout: float = 0.0, attention: str = "sdpa", num_labels: int = 3) -> tuple[nn.Module, Batch]:
+    """A random 2-layer BERT (H 64, 3 labels or 1 for regression; init std 0.1, so its layers are more than the
+    identity) and a batch of 6 sequences of 16 tokens, two of them padded."""
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        num_labels=3, initializer_range=0.1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=0.0,
+        num_labels=num_labels, initializer_range=0.1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=0.0,
         attn_implementation=attention,
     )  # fmt: skip
     with warnings.catch_warnings():
@@ -64,8 +64,12 @@ def tiny_bert(dropout: float = 0.0, attention: str = "sdpa") -> tuple[nn.Module,
     return model, {"input_ids": ids * mask, "attention_mask": mask}
 
 
+def regressing(model: nn.Module) -> bool:
+    return bool(model.config.num_labels == 1)
+
+
 def fns_for(model: nn.Module, batch: Batch, cfg: MethodConfig) -> ModelFns:
-    adapter = EmbeddingAdapter(model, is_regression=False, site=cfg.perturb_site)
+    adapter = EmbeddingAdapter(model, is_regression=regressing(model), site=cfg.perturb_site)
     return ModelFns(
         embed=lambda: adapter.embed(batch),
         forward=lambda e: adapter.forward_from_embeddings(batch, e),
@@ -85,8 +89,11 @@ def objective_r_s(
 ) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
     """(R_s, its gradient for every parameter, the components) from one Objective call, ν from seed 1."""
     fns = fns_for(model, batch, cfg)
-    objective = Objective(cfg, regression=False, module=model, generator=torch.Generator().manual_seed(1))
-    labels = torch.zeros(batch["input_ids"].shape[0], dtype=torch.long)
+    regression = regressing(model)
+    objective = Objective(
+        cfg, regression=regression, module=model, generator=torch.Generator().manual_seed(1)
+    )
+    labels = torch.zeros(batch["input_ids"].shape[0], dtype=torch.float if regression else torch.long)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         loss, parts = objective(fns, labels)
     params = list(model.parameters())
@@ -115,10 +122,12 @@ def fp64_reference(model: nn.Module, batch: Batch, cfg: MethodConfig) -> tuple[T
     return r_s, grads
 
 
+@pytest.mark.parametrize("num_labels", [3, 1], ids=["classification", "regression"])
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
-def test_linearized_bf16_step_matches_fp64(setting: str, r_s_only: None) -> None:
+def test_linearized_bf16_step_matches_fp64(setting: str, num_labels: int, r_s_only: None) -> None:
+    """Classification's R_s is the symmetric KL's quadratic form, regression's (STS-B) the squared error's."""
     cfg = SETTINGS[setting]
-    model, batch = tiny_bert()
+    model, batch = tiny_bert(num_labels=num_labels)
     expected, expected_grads = fp64_reference(model, batch, cfg)
     r_s, grads, parts = objective_r_s(model, batch, cfg, autocast=True)
     assert parts["linearized_step"].item() == 1.0 and parts["fp32_step"].item() == 0.0
@@ -127,24 +136,26 @@ def test_linearized_bf16_step_matches_fp64(setting: str, r_s_only: None) -> None
     assert cosine(grads, expected_grads) >= 0.98
 
 
-def _ascent_directions(cfg: MethodConfig, autocast: bool) -> tuple[Tensor, Tensor]:
+def _ascent_directions(cfg: MethodConfig, autocast: bool, num_labels: int = 3) -> tuple[Tensor, Tensor]:
     """(the linearised ascent gradient at ν under bf16 or fp32, the exact one at ν in float64)."""
-    model, batch = tiny_bert()
+    model, batch = tiny_bert(num_labels=num_labels)
+    regression = regressing(model)
     fns = fns_for(model, batch, cfg)
     model64 = copy.deepcopy(model).double()
     fns64 = fns_for(model64, batch, cfg)
     x64 = fns64.embed().detach()
     nu = initial_noise(x64, fns64.mask, cfg.sigma, cfg.noise, torch.Generator().manual_seed(1))
-    expected = exact_ascent_gradient(x64, nu, fns64.forward(x64).detach(), fns64.forward, False)
+    expected = exact_ascent_gradient(x64, nu, fns64.forward(x64).detach(), fns64.forward, regression)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        got = linear_ascent_gradient(fns.embed(), nu, None, fns.forward, False)
+        got = linear_ascent_gradient(fns.embed(), nu, None, fns.forward, regression)
     assert got.dtype == torch.float32 and got.shape == nu.shape
     return got, expected
 
 
+@pytest.mark.parametrize("num_labels", [3, 1], ids=["classification", "regression"])
 @pytest.mark.parametrize("setting", ["ball", "renorm"])
-def test_linearized_ascent_direction_matches_fp64(setting: str) -> None:
-    got, expected = _ascent_directions(SETTINGS[setting], autocast=True)
+def test_linearized_ascent_direction_matches_fp64(setting: str, num_labels: int) -> None:
+    got, expected = _ascent_directions(SETTINGS[setting], autocast=True, num_labels=num_labels)
     assert cosine(got, expected) >= 0.95
     # Per example ("sum"), at the exact gradient's scale: grad_norm "none" (renorm) uses its size.
     ratio = got.double().norm() / expected.norm()
@@ -386,3 +397,87 @@ def test_sharing_the_weight_casts_changes_nothing_but_the_casts(
     for a, b in zip(shared[1], per_pass[1], strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert per_pass[2] - shared[2] == 2 * layers
+
+
+def test_a_non_finite_ascent_skips_r_s_and_says_so() -> None:
+    """An ascent gradient that is not finite leaves δ at zero, R_s at exactly 0 (not 0/0) and the batch counted as
+    skipped; a finite one is not counted."""
+    model, batch = tiny_bert()
+    cfg = SETTINGS["ball"]
+    fns = fns_for(model, batch, cfg)
+    x = fns.embed().detach()
+
+    def nan_gradient(x: Tensor, delta: Tensor, *_: object) -> Tensor:
+        return torch.full_like(delta, float("nan"))
+
+    results = {}
+    for name, gradient in (("nan", nan_gradient), ("finite", linear_ascent_gradient)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, results[name] = linearized_regularizer(
+                x, fns.forward, fns.mask, cfg, False, torch.Generator().manual_seed(1), gradient=gradient
+            )
+    skipped, kept = results["nan"], results["finite"]
+    assert skipped.r_s.item() == 0.0 and skipped.skipped.item() == 1.0 and skipped.delta_linf.item() == 0.0
+    assert kept.r_s.item() > 0.0 and kept.skipped.item() == 0.0
+
+
+def test_the_quadratic_form_is_computed_in_fp32_from_bf16_logits() -> None:
+    """The step's primal logits are bf16 under autocast: F = diag p − p pᵀ must come from them in fp32 (a bf16
+    softmax is off by ~1e-3), and a bf16 Δ is promoted before it is squared."""
+    g = torch.Generator().manual_seed(3)
+    clean = (torch.randn(5, 4, generator=g) * 3).bfloat16()
+    moved = torch.randn(5, 4, generator=g).bfloat16()
+    for regression in (False, True):
+        c, m = (clean, moved) if not regression else (clean[:, 0], moved[:, 0])
+        got = quadratic_divergence(c, m, regression=regression, reduction="none")
+        expected = quadratic_divergence(c.double(), m.double(), regression=regression, reduction="none")
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("arithmetic", ["fp32", "linearized"])
+def test_a_shared_step_consumes_the_random_stream_as_one_plain_forward_does(arithmetic: str) -> None:
+    """Under `shared` the step's clean forward draws the masks and every other pass replays them: afterwards the
+    stream is where one plain training forward leaves it, so the next step draws new masks (a final pass that
+    replayed instead of drawing would repeat this step's masks at the next)."""
+    cfg = method_config("smart-rs-only", rs_dropout="shared", rs_arithmetic=arithmetic, diagnostics_every=0)
+    model, batch = tiny_bert(dropout=0.2)
+    fns = fns_for(model.train(), batch, cfg)
+    torch.manual_seed(7)
+    fns.forward(fns.embed())
+    expected = torch.get_rng_state()
+    torch.manual_seed(7)
+    objective = Objective(cfg, regression=False, module=model, generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, parts = objective(fns, torch.zeros(6, dtype=torch.long))
+    assert parts["linearized_step"].item() == (arithmetic == "linearized")
+    assert torch.equal(torch.get_rng_state(), expected)
+
+
+def test_the_ascent_runs_the_fused_layer_norm_and_the_final_pass_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the final pass differentiates its tangent with respect to the weights, so only it needs
+    smart_core.layer_norm's formula; the ascent's VJP (δ's gradient only) runs the fused kernel, fewer launches
+    where the helpers run eager."""
+    from smart_core import layer_norm as norm_module
+
+    model, batch = tiny_bert()
+    norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
+    fns = fns_for(model, batch, SETTINGS["ball"])
+    calls = 0
+    inner = norm_module._LayerNorm.apply
+
+    def counted(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        return inner(*args)
+
+    monkeypatch.setattr(norm_module._LayerNorm, "apply", counted)
+    x = fns.embed().detach()
+    nu = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)) * 1e-5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        linear_ascent_gradient(x, nu, None, fns.forward, False)
+        assert calls == 0
+        jvp(fns.forward, x, nu)
+    assert calls == norms  # the perturbed input enters before the embeddings' norm
