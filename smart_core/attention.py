@@ -184,9 +184,9 @@ class _Attention(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
     @staticmethod
-    def jvp(ctx: Any, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None, *_: Any) -> Tensor:
+    def jvp(ctx: Any, dq: Tensor, dk: Tensor, dv: Tensor, *_: Any) -> Tensor:
+        # grads are materialised (the default): an input without a tangent comes as zeros, never None
         q, k, v, mask = ctx.saved_tensors
-        dq, dk, dv = (torch.zeros_like(t) if d is None else d for t, d in ((q, dq), (k, dk), (v, dv)))
         out: Tensor = _AttentionTangent.apply(q, k, v, dq, dk, dv, mask, ctx.seed, ctx.rate, ctx.scale)  # type: ignore[no-untyped-call]
         return out
 
@@ -230,12 +230,11 @@ def attention(
         groups = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
     mask = attn_mask
-    if is_causal:
-        tq, tk = query.shape[-2], key.shape[-2]
-        causal = torch.ones(tq, tk, dtype=torch.bool, device=query.device).tril(diagonal=tk - tq)
+    if is_causal:  # aligned at the top left, as SDPA's: query i sees keys 0..i, whatever the key count
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if mask is None:
             mask = causal
-        elif mask.dtype == torch.bool:
+        elif mask.dtype == torch.bool:  # with a mask too (SDPA's CPU and CUDA kernels take both): both apply
             mask = mask & causal
         else:
             mask = mask.masked_fill(~causal, -math.inf)

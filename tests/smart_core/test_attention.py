@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import smart_core.attention as attention_module
 from smart_core.attention import LightAttention, attention
+
+from .op_count import OpCount
 
 B, H, T, D = 2, 4, 7, 8
 CASES: dict[str, dict[str, Any]] = {
@@ -81,9 +84,42 @@ def test_queries_and_keys_of_different_lengths_with_a_full_mask(
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{batch}, {chunks}: {name}")
 
 
-def test_grouped_query_attention_repeats_the_key_heads() -> None:
+@pytest.mark.parametrize("lengths", [(3, T), (T, 3)], ids=["fewer-queries", "more-queries"])
+@pytest.mark.parametrize("batch", [(B, H), (B * H,)], ids=["4-d", "3-d"])
+def test_causal_attention_over_keys_of_another_length_is_aligned_at_the_top_left_as_sdpas(
+    batch: tuple[int, ...], lengths: tuple[int, int], chunks: str
+) -> None:
+    """SDPA's `is_causal` lets query i see keys 0..i whatever Tk (the upper-left alignment of its docs), so a
+    query past the last key sees them all."""
+    tq, tk = lengths
+    gen = torch.Generator().manual_seed(8)
+    q, dq = (torch.randn(*batch, tq, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    k, v, dk, dv = (torch.randn(*batch, tk, D, dtype=torch.float64, generator=gen) for _ in range(4))
+    inputs = [q, k, v, dq, dk, dv]
+    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, is_causal=True), inputs)
+    reference = _primal_tangent_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), inputs
+    )
+    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{batch}, {chunks}: {name}")
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_a_mask_with_is_causal_applies_both_as_sdpas_kernels_do(kind: str) -> None:
     q, k, v = _inputs()[:3]
-    kv = (k[:, :2], v[:, :2])  # 2 key/value heads for 4 query heads
+    keep = torch.rand(T, T, generator=torch.Generator().manual_seed(9)) > 0.3
+    keep[:, 0] = True  # every query sees a key
+    mask = keep if kind == "bool" else torch.zeros(T, T, dtype=torch.float64).masked_fill(~keep, -1e9)
+    ours = attention(q, k, v, attn_mask=mask, is_causal=True)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True))
+    assert not torch.allclose(ours, attention(q, k, v, attn_mask=mask))
+    assert not torch.allclose(ours, attention(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_attention_repeats_the_key_heads(kv_heads: int) -> None:
+    q, k, v = _inputs()[:3]
+    kv = (k[:, :kv_heads], v[:, :kv_heads])  # 1 or 2 key/value heads for 4 query heads
     ours = attention(q, *kv, enable_gqa=True)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, *kv, enable_gqa=True))
 
@@ -196,3 +232,57 @@ def test_a_mask_that_alone_requires_grad_gets_none() -> None:
     mask = torch.zeros(1, 1, 4, 4, requires_grad=True)
     attention(q, k, v, attn_mask=mask).sum().backward()
     assert mask.grad is None
+
+
+@pytest.mark.parametrize("batch", [(B, H), (B * H,)], ids=["4-d", "3-d"])
+def test_dropout_zeroes_probabilities_and_scales_the_rest_by_one_over_the_keep_rate(
+    batch: tuple[int, ...], chunks: str
+) -> None:
+    """With v the identity, the output is the dropped attention matrix: each entry is 0 or P / (1 − p), about p
+    of them 0, whatever the inputs' batch dimensions (inverted dropout, as SDPA's)."""
+    gen = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(*batch, T, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    identity = torch.eye(T, dtype=torch.float64).expand(*batch, T, T)
+    rate = 0.3
+    torch.manual_seed(3)
+    dropped = attention(q, k, identity, dropout_p=rate)
+    kept = dropped != 0
+    probabilities = attention(q, k, identity)
+    torch.testing.assert_close(dropped[kept], probabilities[kept] / (1 - rate))
+    assert abs((~kept).double().mean().item() - rate) < 0.1  # 392 entries
+
+
+def test_no_random_numbers_and_no_join_where_none_is_needed() -> None:
+    """Without dropout a call draws nothing (and so costs no launch for a mask); in one query chunk it joins no
+    chunks (a `cat` of one part is a copy)."""
+    q, k, v = _inputs()[:3]
+    count = OpCount(torch.ops.aten.rand, torch.ops.aten.cat, torch.ops.aten.bernoulli_)
+    with count:
+        attention(q, k, v)
+    assert count.count == 0
+
+
+def test_the_probabilities_are_fp32_at_least_from_bf16_inputs() -> None:
+    """The softmax is taken at fp32 from bf16 q and k: exactly the fp64 softmax of the bf16 scores, to fp32's
+    precision (a bf16 softmax is off by ~1e-3). The scores themselves are the bf16 matmul's, rounded."""
+    q, k = (t.bfloat16() for t in _inputs()[:2])
+    probabilities = attention_module._probabilities(q, k, None, 1 / D**0.5)
+    expected = torch.softmax((q @ k.transpose(-2, -1)).double() / D**0.5, dim=-1)
+    assert probabilities.dtype == torch.float32
+    torch.testing.assert_close(probabilities.double(), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dual", [True, False])
+def test_a_tangent_on_the_queries_alone(dual: bool, chunks: str) -> None:
+    """Keys and values without a tangent (constants of the JVP, on dual tensors or under functorch): the tangent
+    is SDPA's, the keys' and values' taken as zero."""
+    q, k, v, dq = _inputs()[:4]
+    if dual:
+        with fwAD.dual_level():
+            ours = fwAD.unpack_dual(attention(fwAD.make_dual(q, dq), k, v))
+    else:
+        ours = torch.func.jvp(lambda a: attention(a, k, v), (q,), (dq,))
+    with sdpa_kernel([SDPBackend.MATH]):
+        reference = torch.func.jvp(lambda a: F.scaled_dot_product_attention(a, k, v), (q,), (dq,))
+    for a, b in zip(ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
