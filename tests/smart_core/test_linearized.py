@@ -481,3 +481,26 @@ def test_the_ascent_runs_the_fused_layer_norm_and_the_final_pass_its_own(
         assert calls == 0
         jvp(fns.forward, x, nu)
     assert calls == norms  # the perturbed input enters before the embeddings' norm
+
+
+def test_without_a_generator_of_its_own_the_noise_leaves_the_replayed_masks_alone() -> None:
+    """With no generator of its own the objective draws ν from the global stream: before the masks' state is
+    taken, so the ascent replays exactly the masks the final pass (the clean forward) then draws. Drawn after,
+    ν's draws would shift the final pass's masks off the ascent's."""
+    cfg = method_config("smart-rs-only", rs_dropout="shared", rs_arithmetic="linearized", diagnostics_every=0)
+    model, batch = tiny_bert(dropout=0.2)
+    seen: dict[nn.Module, list[Tensor]] = {}
+
+    def record(module: nn.Module, inputs: object, output: Tensor) -> None:
+        seen.setdefault(module, []).append((output == 0).clone())
+
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.register_forward_hook(record)
+    fns = fns_for(model.train(), batch, cfg)
+    torch.manual_seed(0)
+    _, parts = Objective(cfg, regression=False, module=model)(fns, torch.zeros(6, dtype=torch.long))
+    assert parts["linearized_step"].item() == 1.0
+    assert all(len(masks) in (2, 3) for masks in seen.values())  # (the embeddings' also runs before the step)
+    passes = [masks[-2:] for masks in seen.values()]  # the ascent's, then the final pass's
+    assert all(masks[0].any() and torch.equal(masks[0], masks[1]) for masks in passes)
