@@ -504,3 +504,25 @@ def test_without_a_generator_of_its_own_the_noise_leaves_the_replayed_masks_alon
     assert all(len(masks) in (2, 3) for masks in seen.values())  # (the embeddings' also runs before the step)
     passes = [masks[-2:] for masks in seen.values()]  # the ascent's, then the final pass's
     assert all(masks[0].any() and torch.equal(masks[0], masks[1]) for masks in passes)
+
+
+def test_under_off_the_task_loss_comes_from_the_training_forward() -> None:
+    """`off` measures R_s between eval-mode forwards, but the step still trains on the clean forward with dropout:
+    the linearised step's task loss is that of a plain training forward drawing the same masks (fp32: to
+    rounding), not the eval-mode pass's (6% away here)."""
+    from smart_core.divergences import task_loss
+
+    cfg = SETTINGS["ball"].with_overrides(rs_dropout="off", rs_arithmetic="linearized", diagnostics_every=0)
+    model, batch = tiny_bert(dropout=0.2)
+    fns = fns_for(model.train(), batch, cfg)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    torch.manual_seed(4)
+    expected = task_loss(fns.forward(fns.embed()), labels, False).detach()
+    with smart_core.objective.eval_mode(model):
+        without_dropout = task_loss(fns.forward(fns.embed()), labels, False).detach()
+    torch.manual_seed(4)
+    objective = Objective(cfg, regression=False, module=model, generator=torch.Generator().manual_seed(1))
+    _, parts = objective(fns, labels)
+    assert parts["linearized_step"].item() == 1.0 and model.training
+    torch.testing.assert_close(parts["task_loss"], expected, rtol=1e-5, atol=0)
+    assert abs(without_dropout - expected) > 0.01 * expected
