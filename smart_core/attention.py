@@ -234,7 +234,7 @@ def attention(
         causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if mask is None:
             mask = causal
-        elif mask.dtype == torch.bool:  # with a mask too (SDPA's CPU and CUDA kernels take both): both apply
+        elif mask.dtype == torch.bool:  # with a mask too (SDPA's fused CPU kernel takes both): both apply
             mask = mask & causal
         else:
             mask = mask.masked_fill(~causal, -math.inf)

@@ -42,6 +42,23 @@ def _primal_tangent_and_grads(fn: Callable[..., Tensor], inputs: list[Tensor]) -
     return [out.detach(), tangent.detach(), *torch.autograd.grad(loss, leaves)]
 
 
+def _assert_matches_sdpa(inputs: list[Tensor], label: str, **kwargs: Any) -> None:
+    """Ours and SDPA (math kernel) give the same primal, tangent and gradients on `inputs` with `kwargs`."""
+    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, **kwargs), inputs)
+    reference = _primal_tangent_and_grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), inputs
+    )
+    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{label}: {name}")
+
+
+def _cross_inputs(batch: tuple[int, ...], tq: int, tk: int, gen: torch.Generator) -> list[Tensor]:
+    """q, k, v, dq, dk, dv (fp64) for Tq queries over Tk keys with the given batch dimensions."""
+    q, dq = (torch.randn(*batch, tq, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    k, v, dk, dv = (torch.randn(*batch, tk, D, dtype=torch.float64, generator=gen) for _ in range(4))
+    return [q, k, v, dq, dk, dv]
+
+
 @pytest.fixture(params=["whole", "chunked"])
 def chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """All query rows at once, or one at a time (the budget below a row's scores: chunks as at 512 tokens)."""
@@ -52,14 +69,7 @@ def chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_sdpa_in_value_tangent_and_both_gradients(case: str, chunks: str) -> None:
-    kwargs = CASES[case]
-    inputs = _inputs()
-    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, **kwargs), inputs)
-    reference = _primal_tangent_and_grads(
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), inputs
-    )
-    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{case}, {chunks}: {name}")
+    _assert_matches_sdpa(_inputs(), f"{case}, {chunks}", **CASES[case])
 
 
 @pytest.mark.parametrize("lengths", [(3, 12), (12, 3)], ids=["fewer-queries", "more-queries"])  # 12 > D
@@ -71,17 +81,10 @@ def test_queries_and_keys_of_different_lengths_with_a_full_mask(
     dimensions: the chunks run over the queries, the mask's rows with them."""
     tq, tk = lengths
     gen = torch.Generator().manual_seed(5)
-    q, dq = (torch.randn(*batch, tq, D, dtype=torch.float64, generator=gen) for _ in range(2))
-    k, v, dk, dv = (torch.randn(*batch, tk, D, dtype=torch.float64, generator=gen) for _ in range(4))
+    inputs = _cross_inputs(batch, tq, tk, gen)
     mask = torch.rand(*batch, tq, tk, generator=gen) > 0.3
     mask[..., 0] = True  # every query sees a key
-    inputs = [q, k, v, dq, dk, dv]
-    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, attn_mask=mask), inputs)
-    reference = _primal_tangent_and_grads(
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), inputs
-    )
-    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{batch}, {chunks}: {name}")
+    _assert_matches_sdpa(inputs, f"{batch}, {chunks}", attn_mask=mask)
 
 
 @pytest.mark.parametrize("lengths", [(3, 12), (12, 3)], ids=["fewer-queries", "more-queries"])  # 12 > D
@@ -91,17 +94,8 @@ def test_causal_attention_over_keys_of_another_length_is_aligned_at_the_top_left
 ) -> None:
     """SDPA's `is_causal` lets query i see keys 0..i whatever Tk (the upper-left alignment of its docs), so a
     query past the last key sees them all."""
-    tq, tk = lengths
-    gen = torch.Generator().manual_seed(8)
-    q, dq = (torch.randn(*batch, tq, D, dtype=torch.float64, generator=gen) for _ in range(2))
-    k, v, dk, dv = (torch.randn(*batch, tk, D, dtype=torch.float64, generator=gen) for _ in range(4))
-    inputs = [q, k, v, dq, dk, dv]
-    ours = _primal_tangent_and_grads(lambda q, k, v: attention(q, k, v, is_causal=True), inputs)
-    reference = _primal_tangent_and_grads(
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), inputs
-    )
-    for name, a, b in zip(["O", "dO", "q", "k", "v", "dq", "dk", "dv"], ours, reference, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{batch}, {chunks}: {name}")
+    inputs = _cross_inputs(batch, *lengths, torch.Generator().manual_seed(8))
+    _assert_matches_sdpa(inputs, f"{batch}, {chunks}", is_causal=True)
 
 
 @pytest.mark.parametrize("kind", ["bool", "additive"])

@@ -11,7 +11,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 
-from smart_core.layer_norm import layer_norm
+from smart_core.layer_norm import _LayerNorm, _LayerNormTangent, layer_norm
 
 from .op_count import OpCount
 
@@ -197,8 +197,6 @@ def test_a_backward_with_no_gradient_for_the_output_returns_none_for_each_input(
     """Grads are not materialised (set_materialize_grads(False)): a backward whose output reached nothing that
     is differentiated gets None and answers None for its six inputs, not zeros it would have to make; the
     tangent's backward, asked for no input's gradient, answers None for its eight."""
-    from smart_core.layer_norm import _LayerNorm, _LayerNormTangent
-
     assert _LayerNorm.backward(object(), None, None, None) == (None,) * 6
     x = torch.randn(2, H)
     frozen = SimpleNamespace(saved_tensors=(x, None, x, None, None), needs_input_grad=(False,) * 8)

@@ -20,6 +20,9 @@ from torch import Tensor, nn
 import smart_core.objective
 from smart_core import MethodConfig, ModelFns, Objective, method_config
 from smart_core.adversarial import exact_ascent_gradient
+from smart_core.divergences import task_loss
+from smart_core.dropout import eval_mode
+from smart_core.layer_norm import _LayerNorm
 from smart_core.linearized import jvp, linear_ascent_gradient, linearized_regularizer, quadratic_divergence
 from smart_core.perturbation import initial_noise
 
@@ -460,20 +463,18 @@ def test_the_ascent_runs_the_fused_layer_norm_and_the_final_pass_its_own(
     """Only the final pass differentiates its tangent with respect to the weights, so only it needs
     smart_core.layer_norm's formula; the ascent's VJP (δ's gradient only) runs the fused kernel, fewer launches
     where the helpers run eager."""
-    from smart_core import layer_norm as norm_module
-
     model, batch = tiny_bert()
     norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
     fns = fns_for(model, batch, SETTINGS["ball"])
     calls = 0
-    inner = norm_module._LayerNorm.apply
+    inner = _LayerNorm.apply
 
     def counted(*args: object) -> object:
         nonlocal calls
         calls += 1
         return inner(*args)
 
-    monkeypatch.setattr(norm_module._LayerNorm, "apply", counted)
+    monkeypatch.setattr(_LayerNorm, "apply", counted)
     x = fns.embed().detach()
     nu = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)) * 1e-5
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -510,15 +511,13 @@ def test_under_off_the_task_loss_comes_from_the_training_forward() -> None:
     """`off` measures R_s between eval-mode forwards, but the step still trains on the clean forward with dropout:
     the linearised step's task loss is that of a plain training forward drawing the same masks (fp32: to
     rounding), not the eval-mode pass's (6% away here)."""
-    from smart_core.divergences import task_loss
-
     cfg = SETTINGS["ball"].with_overrides(rs_dropout="off", rs_arithmetic="linearized", diagnostics_every=0)
     model, batch = tiny_bert(dropout=0.2)
     fns = fns_for(model.train(), batch, cfg)
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
     torch.manual_seed(4)
     expected = task_loss(fns.forward(fns.embed()), labels, False).detach()
-    with smart_core.objective.eval_mode(model):
+    with eval_mode(model):
         without_dropout = task_loss(fns.forward(fns.embed()), labels, False).detach()
     torch.manual_seed(4)
     objective = Objective(cfg, regression=False, module=model, generator=torch.Generator().manual_seed(1))
