@@ -14,6 +14,7 @@ from smart_core.precision import (
     autocast_dtype,
     full_precision,
     needs_fp32,
+    pass_rms,
     perturbation_rms,
     step_arithmetic,
     step_plan,
@@ -179,6 +180,18 @@ def test_perturbation_rms() -> None:
     assert perturbation_rms(method_config("pgd"), hidden, elements) == math.inf
 
 
+def test_pass_rms_separates_the_ascent_from_the_final_perturbation() -> None:
+    """(where an ascent gradient is taken, where R_s is measured): the first ascent gradient is taken at ν,
+    later ones (T_x ≥ 2) at the projected δ too; R_s at the final δ."""
+    hidden, elements = 16, 96
+    assert pass_rms(MethodConfig(epsilon=1e-3, sigma=1e-2), hidden, elements) == (1e-2, 1e-3)
+    assert pass_rms(MethodConfig(epsilon=1e-3, sigma=1e-2, ascent_steps=2), hidden, elements) == (1e-3, 1e-3)
+    assert pass_rms(MethodConfig(epsilon=1e-2, sigma=1e-3, ascent_steps=2), hidden, elements) == (1e-3, 1e-2)
+    assert pass_rms(MethodConfig(epsilon=1e-3, sigma=0.0, ascent_steps=3), hidden, elements) == (1e-3, 1e-3)
+    assert pass_rms(MethodConfig(epsilon=1e-3, sigma=0.0), hidden, elements) == (math.inf, 1e-3)
+    assert pass_rms(MethodConfig(ascent_steps=0, sigma=0.2), hidden, elements) == (math.inf, 0.2)
+
+
 def test_needs_fp32() -> None:
     paper = MethodConfig()
     assert needs_fp32(paper, torch.bfloat16, 16, 96) and needs_fp32(paper, torch.float16, 16, 96)
@@ -278,6 +291,12 @@ SHARED = {"rs_dropout": "shared", "rs_arithmetic": "auto"}
         ("smart", SHARED, None, (False, False, False)),  # fp32 resolves it
         ("smart", {**SHARED, "rs_arithmetic": "linearized"}, None, (False, True, True)),
         ("smart-renorm", {**SHARED, "rs_arithmetic": "linearized"}, None, (False, True, False)),
+        (
+            "smart",
+            {**SHARED, "rs_arithmetic": "linearized", "epsilon": 0.1, "sigma": 0.1},
+            None,
+            (False, False, False),
+        ),  # exactly bf16's resolution: resolved, as needs_fp32 reads it, so neither pass is linearised
         (
             "smart",
             {**SHARED, "epsilon": 0.2, "sigma": 0.2},

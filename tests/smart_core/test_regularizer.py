@@ -263,6 +263,13 @@ def test_a_frozen_ascent_gradient_is_the_same_with_a_smaller_graph() -> None:
     assert saved[True] < saved[False], saved  # the weights' gradients would have kept their inputs
 
 
+def test_the_exact_ascent_gradient_refuses_a_missing_reference() -> None:
+    """Only the linearised gradient computes its own f(x); the exact one says what it lacks."""
+    model, _, mask, x, _ = _setup(torch.float64)
+    with pytest.raises(ValueError, match=r"needs the reference outputs f\(x\)"):
+        exact_ascent_gradient(x, torch.zeros_like(x), None, lambda e: model.from_embeddings(e, mask), False)
+
+
 class _NanGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx: object, x: Tensor) -> Tensor:  # noqa: ARG004
