@@ -15,11 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 import smart_core.objective
 from smart_core import MethodConfig, ModelFns, Objective, method_config
 from smart_core.adversarial import exact_ascent_gradient
+from smart_core.attention import LightAttention
 from smart_core.divergences import task_loss
 from smart_core.dropout import eval_mode
 from smart_core.layer_norm import _LayerNorm
@@ -49,13 +51,16 @@ SETTINGS = {
 Batch = dict[str, Tensor]
 
 
-def tiny_bert(dropout: float = 0.0, attention: str = "sdpa", num_labels: int = 3) -> tuple[nn.Module, Batch]:
+def tiny_bert(
+    dropout: float = 0.0, attention: str = "sdpa", num_labels: int = 3, attention_dropout: float = 0.0
+) -> tuple[nn.Module, Batch]:
     """A random 2-layer BERT (H 64, 3 labels or 1 for regression; init std 0.1, so its layers are more than the
-    identity) and a batch of 6 sequences of 16 tokens, two of them padded."""
+    identity) and a batch of 6 sequences of 16 tokens, two of them padded. `dropout`: the hidden layers';
+    `attention_dropout`: the attention probabilities'."""
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        num_labels=num_labels, initializer_range=0.1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=0.0,
+        num_labels=num_labels, initializer_range=0.1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout,
         attn_implementation=attention,
     )  # fmt: skip
     with warnings.catch_warnings():
@@ -275,24 +280,42 @@ def test_the_objective_takes_the_functorch_transform_for_a_compiled_model(
     assert seen == [not compiled] * 2  # the ascent's pass and the final one
 
 
-def _train_mode_step(cfg: MethodConfig, attention: str) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
-    model, batch = tiny_bert(dropout=0.2, attention=attention)
-    return objective_r_s(model.train(), batch, cfg, autocast=False)
+def _train_mode_step(
+    cfg: MethodConfig, attention: str, *, light: bool = False
+) -> tuple[Tensor, list[Tensor], dict[str, Tensor]]:
+    """One step with dropout in the hidden layers and the attention probabilities. `light`: SDPA runs as
+    smart_core.attention, whose masks are other draws than SDPA's own (what a linearised step runs)."""
+    model, batch = tiny_bert(dropout=0.2, attention=attention, attention_dropout=0.2)
+    with LightAttention() if light else contextlib.nullcontext():
+        return objective_r_s(model.train(), batch, cfg, autocast=False)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_shared_dropout_masks_survive_the_linearisation(attention: str, r_s_only: None) -> None:
     """In fp32 at ε = 1e-3 (resolved both ways), with dropout on: the linearised R_s is the exact `shared` R_s.
     Were the tangent or the ascent taken through other masks than the clean forward's, R_s would be the
-    divergence between two dropout draws, orders of magnitude larger."""
+    divergence between two dropout draws, orders of magnitude larger. The exact step runs SDPA as the linearised
+    one does, so that both draw the same attention masks."""
     cfg = method_config("smart-rs-only", rs_dropout="shared", epsilon=1e-3, sigma=1e-3)
     expected, expected_grads, exact_parts = _train_mode_step(
-        cfg.with_overrides(rs_arithmetic="fp32"), attention
+        cfg.with_overrides(rs_arithmetic="fp32"), attention, light=True
     )
     r_s, grads, parts = _train_mode_step(cfg.with_overrides(rs_arithmetic="linearized"), attention)
     assert exact_parts["linearized_step"].item() == 0.0 and parts["linearized_step"].item() == 1.0
     torch.testing.assert_close(r_s, expected, rtol=0.02, atol=0)
     assert cosine(grads, expected_grads) >= 0.999
+
+
+def test_the_shared_teacher_replays_the_linearised_passes_masks() -> None:
+    """With dropout in the hidden layers and the attention probabilities: at the first step the teacher is the
+    student, so `shared` D_Breg is 0 on both paths. The linearised step runs every forward through
+    smart_core.attention, whose masks come from its own draws: a teacher through SDPA would replay the random
+    state with other masks (D_Breg 0.15 here)."""
+    cfg = method_config("smart", rs_dropout="shared", teacher_dropout="shared", epsilon=1e-3, sigma=1e-3)
+    for arithmetic, linearized in (("fp32", 0.0), ("linearized", 1.0)):
+        _, _, parts = _train_mode_step(cfg.with_overrides(rs_arithmetic=arithmetic), "sdpa")
+        assert parts["linearized_step"].item() == linearized
+        assert parts["d_breg"].item() < 1e-9, (arithmetic, parts["d_breg"])
 
 
 def test_off_mode_is_linearised_in_eval_mode(r_s_only: None) -> None:
@@ -314,10 +337,24 @@ def test_off_mode_is_linearised_in_eval_mode(r_s_only: None) -> None:
         ({}, 0.0, 1.0),  # auto
     ],
 )
-def test_which_path_ran_is_a_component(overrides: dict, fp32: float, linearized: float) -> None:
+def test_which_path_ran_is_a_component(
+    overrides: dict, fp32: float, linearized: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step says which path ran; a linearised step's forwards take smart_core's attention (its JVP passes
+    need it), the exact step the model's own."""
+    calls = [0]
+    ours = LightAttention.replacements[F.scaled_dot_product_attention]
+
+    def counted(*args: object, **kwargs: object) -> Tensor:
+        calls[0] += 1
+        out: Tensor = ours(*args, **kwargs)
+        return out
+
+    monkeypatch.setitem(LightAttention.replacements, F.scaled_dot_product_attention, counted)
     model, batch = tiny_bert()
     _, _, parts = objective_r_s(model, batch, SETTINGS["ball"].with_overrides(**overrides), autocast=True)
     assert parts["fp32_step"].item() == fp32 and parts["linearized_step"].item() == linearized
+    assert (calls[0] > 0) == bool(linearized), calls
 
 
 @pytest.mark.parametrize("overrides", [{}, {"rs_arithmetic": "auto"}], ids=["exact", "linearised"])

@@ -299,6 +299,13 @@ SHARED = {"rs_dropout": "shared", "rs_arithmetic": "auto"}
         ),  # exactly bf16's resolution: resolved, as needs_fp32 reads it, so neither pass is linearised
         (
             "smart",
+            {**SHARED, "rs_arithmetic": "linearized", "epsilon": 0.5, "sigma": 0.5},
+            torch.float16,
+            (False, True, True),
+        ),  # asked for: below the arithmetic's resolution where it is coarser than bf16's (fp16: 1.0)
+        ("smart", {**SHARED, "rs_arithmetic": "linearized"}, torch.float32, (False, True, True)),  # bf16's
+        (
+            "smart",
             {**SHARED, "epsilon": 0.2, "sigma": 0.2},
             torch.bfloat16,
             (False, False, False),
