@@ -306,6 +306,12 @@ SHARED = {"rs_dropout": "shared", "rs_arithmetic": "auto"}
         ("smart", {**SHARED, "rs_arithmetic": "linearized"}, torch.float32, (False, True, True)),  # bf16's
         (
             "smart",
+            {**SHARED, "rs_arithmetic": "linearized", "epsilon": 0.5, "sigma": 0.5},
+            torch.float32,
+            (False, False, False),
+        ),  # plain fp32 asks for bf16's resolution only
+        (
+            "smart",
             {**SHARED, "epsilon": 0.2, "sigma": 0.2},
             torch.bfloat16,
             (False, False, False),
