@@ -342,19 +342,19 @@ def test_which_path_ran_is_a_component(
 ) -> None:
     """The step says which path ran; a linearised step's forwards take smart_core's attention (its JVP passes
     need it), the exact step the model's own."""
-    calls = [0]
-    ours = LightAttention.replacements[F.scaled_dot_product_attention]
+    calls = 0
+    inner = LightAttention.replacements[F.scaled_dot_product_attention]
 
-    def counted(*args: object, **kwargs: object) -> Tensor:
-        calls[0] += 1
-        out: Tensor = ours(*args, **kwargs)
-        return out
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return inner(*args, **kwargs)
 
     monkeypatch.setitem(LightAttention.replacements, F.scaled_dot_product_attention, counted)
     model, batch = tiny_bert()
     _, _, parts = objective_r_s(model, batch, SETTINGS["ball"].with_overrides(**overrides), autocast=True)
     assert parts["fp32_step"].item() == fp32 and parts["linearized_step"].item() == linearized
-    assert (calls[0] > 0) == bool(linearized), calls
+    assert (calls > 0) == bool(linearized), calls
 
 
 @pytest.mark.parametrize("overrides", [{}, {"rs_arithmetic": "auto"}], ids=["exact", "linearised"])
