@@ -133,10 +133,11 @@ def step_plan(config: MethodConfig, arithmetic: Arithmetic | None, hidden: int, 
     if (
         config.rs_arithmetic == "fp32"
         or config.rs_dropout == "independent"
+        or arithmetic is None  # unreachable (plain fp32 needs nothing); narrows the type for the lookup
         or arithmetic not in LINEARIZED_AT
     ):
         return StepPlan(fp32=True)
-    return _linearized(config, ascent, outer, MIN_RESOLVED[arithmetic] if arithmetic else 0.0)
+    return _linearized(config, ascent, outer, MIN_RESOLVED[arithmetic])
 
 
 def _linearized(config: MethodConfig, ascent: float, outer: float, resolved: float) -> StepPlan:

@@ -77,6 +77,15 @@ class SmartLoss:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores `state_dict()`'s teacher and step count; a checkpoint of a method with a teacher and a
+        method without one (or the reverse) do not mix: refused, not half-restored."""
+        reference, saved = self.objective.reference, state["reference"]
+        if (reference is None) != (saved is None):
+            raise ValueError(
+                f"the checkpoint {'has no' if saved is None else 'has a'} teacher θ̃ and this method "
+                f"(mu = {self.objective.config.mu}) {'has none' if reference is None else 'has one'}: "
+                "resume with the method the checkpoint was saved with"
+            )
         self.objective.steps = int(state["steps"])
-        if self.objective.reference is not None and state["reference"] is not None:
-            self.objective.reference.load_state_dict(dict(state["reference"]))
+        if reference is not None:
+            reference.load_state_dict(dict(saved))

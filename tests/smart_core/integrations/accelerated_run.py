@@ -30,6 +30,12 @@ def train(out: str, method: str) -> None:
     model = fresh_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     model, optimizer = accelerator.prepare(model, optimizer)
+    if accelerator.process_index > 0:
+        # After DDP's own broadcast in `prepare`: AcceleratedSmart must start every process from process 0's
+        # weights itself (a model it is given unprepared has had none).
+        with torch.no_grad():
+            for param in accelerator.unwrap_model(model).parameters():
+                param.add_(1.0)
     noise = torch.Generator()
     smart = AcceleratedSmart(
         accelerator, model, config.method_config(), planned_updates=STEPS, generator=noise

@@ -12,6 +12,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 
+from smart_core.integrations import accelerated
 from smart_core.integrations.accelerated import AcceleratedSmart
 from tests.smart_core.integrations.hf_setup import (
     EXAMPLES,
@@ -77,3 +78,45 @@ def test_one_accelerate_step_is_one_step_of_the_project_loop(params: dict[str, A
     assert reference is not None and reference.updates_done == 1
     for a, b in zip(reference.shadow, session.objective.reference.shadow, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_regression_and_generator_arguments_reach_the_loss() -> None:
+    """`generator`: R_s's noise comes from it (the global generator is seeded the same for both steps, so
+    only the generators' seeds differ); `regression`: a regression loss on a two-label head is refused."""
+    config = train_config(method="smart-rs-only", dropout=0.0)
+    batch = collate(random_examples(), list(range(EXAMPLES)), 0, WIDTH)
+    gradients = []
+    for seed in (1, 2):
+        accelerator = Accelerator(cpu=True)
+        model = accelerator.prepare(fresh_model(config))
+        smart = AcceleratedSmart(
+            accelerator, model, config.method_config(), planned_updates=1,
+            generator=torch.Generator().manual_seed(seed),
+        )  # fmt: skip
+        torch.manual_seed(STEP_SEED)
+        smart.backward(batch)
+        smart.after_update()  # counts the update (no teacher to move)
+        gradients.append([p.grad.clone() for p in smart.trainable if p.grad is not None])
+    assert any(not torch.equal(a, b) for a, b in zip(*gradients, strict=True))
+    resumed = AcceleratedSmart(accelerator, model, config.method_config(), planned_updates=1)
+    resumed.load_state_dict(
+        smart.state_dict()
+    )  # a checkpoint's SMART state: the step count (no teacher here)
+    assert resumed.smart.objective.steps == smart.smart.objective.steps == 1
+    with pytest.raises(ValueError, match="num_labels=1"):
+        AcceleratedSmart(accelerator, model, config.method_config(), planned_updates=1, regression=True)
+
+
+def test_the_gradient_sum_fills_a_missing_gradient_with_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The all-reduce sums one flat buffer of every trainable parameter's gradient; a parameter without a
+    gradient on this process contributes zeros (another process may have one) and gets the sum back. The
+    collective itself is the two-process test's (test_accelerated.py); here it is the identity of one."""
+    monkeypatch.setattr(accelerated.dist, "all_reduce", lambda tensor, op: None)
+    config = train_config(dropout=0.0)
+    accelerator = Accelerator(cpu=True)
+    smart = AcceleratedSmart(accelerator, accelerator.prepare(fresh_model(config)), planned_updates=1)
+    for index, param in enumerate(smart.trainable):
+        param.grad = None if index == 0 else torch.full_like(param, float(index))
+    smart._sum_gradients()
+    for index, param in enumerate(smart.trainable):
+        assert param.grad is not None and torch.equal(param.grad, torch.full_like(param, float(index)))

@@ -15,6 +15,7 @@ from transformers import TrainerCallback, TrainingArguments
 from smart_core.integrations.trainer import SmartTrainer
 from tests.smart_core.integrations.hf_setup import (
     EXAMPLES,
+    WIDTH,
     collator,
     fresh_model,
     parameters,
@@ -23,6 +24,7 @@ from tests.smart_core.integrations.hf_setup import (
     rows,
     train_config,
 )
+from worker.training.batching import collate
 from worker.training.loop import train_step
 from worker.training.session import linear_schedule, make_optimizer
 
@@ -36,25 +38,35 @@ class _SeedEachStep(TrainerCallback):
         torch.manual_seed(STEP_SEED)
 
 
-def _trainer(tmp_path: Path, config: Any, *, micro_batch: int = EXAMPLES, **arguments: Any) -> SmartTrainer:
-    """A SmartTrainer with the project's optimiser and schedule, over the project's examples in order."""
+def _trainer(
+    tmp_path: Path,
+    config: Any,
+    *,
+    micro_batch: int = EXAMPLES,
+    smart_arguments: dict[str, Any] | None = None,
+    **arguments: Any,
+) -> SmartTrainer:
+    """A SmartTrainer with the project's optimiser and schedule, over the project's examples in order;
+    `arguments` are TrainingArguments', `smart_arguments` the trainer's (regression, generator, eval_dataset)."""
+    smart_arguments = smart_arguments or {}
     model = fresh_model(config)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(config, trainable)
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=micro_batch, max_steps=1, use_cpu=True,
+        output_dir=str(tmp_path), per_device_train_batch_size=micro_batch, use_cpu=True,
         report_to="none", save_strategy="no", remove_unused_columns=False, train_sampling_strategy="sequential",
-        max_grad_norm=config.max_grad_norm, seed=config.seed, logging_steps=1, **arguments,
+        max_grad_norm=config.max_grad_norm, seed=config.seed, **{"max_steps": 1, "logging_steps": 1, **arguments},
     )  # fmt: skip
     data = random_examples()
     return SmartTrainer(
-        model=model,
-        args=args,
+        model,  # positionally, as `Trainer` takes them
+        args,
         train_dataset=rows(data),
         data_collator=collator(data, 0),
         optimizers=(optimizer, linear_schedule(optimizer, 1, config.warmup_fraction)),
         callbacks=[_SeedEachStep()],
         method=config.method_config(),
+        **smart_arguments,
     )
 
 
@@ -137,6 +149,67 @@ def test_bf16_steps_leave_accelerate_autocast_for_the_precision_plan(tmp_path: P
     assert "_original_forward" not in vars(trainer.model)
     logged = trainer.state.log_history[0]
     assert logged["smart/fp32_step"] == 1.0
+
+
+def test_the_step_autocasts_at_the_dtype_the_arguments_ask_for(tmp_path: Path) -> None:
+    """fp32 arguments: no autocast at all; bf16 / fp16: torch.autocast at that dtype (autocast's own default
+    dtype is fp16 on CUDA, so it must be named), with the weight-cast cache as the caller asks."""
+    trainer = _trainer(tmp_path, train_config())
+    assert not isinstance(trainer.autocast_smart_context_manager(), torch.autocast)
+    for flag, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        trainer.args.bf16, trainer.args.fp16 = flag == "bf16", flag == "fp16"
+        default, uncached = (
+            trainer.autocast_smart_context_manager(),
+            trainer.autocast_smart_context_manager(False),
+        )
+        assert isinstance(default, torch.autocast) and isinstance(uncached, torch.autocast)
+        assert default.fast_dtype == uncached.fast_dtype == dtype
+        assert default._cache_enabled is True and uncached._cache_enabled is False
+
+
+def test_the_regression_and_generator_arguments_reach_the_loss(tmp_path: Path) -> None:
+    """`generator`: R_s's noise comes from it (the global generator is reseeded the same for both runs, so
+    only the generators' seeds differ); `regression`: a regression loss on a two-label head is refused."""
+    config = train_config(method="smart-rs-only", dropout=0.0)
+    weights = []
+    for seed in (1, 2):
+        trainer = _trainer(
+            tmp_path, config, smart_arguments={"generator": torch.Generator().manual_seed(seed)}
+        )
+        trainer.train()
+        weights.append(parameters(trainer.model))
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    trainer = _trainer(tmp_path, config, smart_arguments={"regression": True})
+    with pytest.raises(ValueError, match="num_labels=1"):
+        trainer.train()
+
+
+def test_evaluation_keeps_the_models_loss_and_the_logs_average_the_steps(tmp_path: Path) -> None:
+    """Two steps logged together, with an evaluation after the first: the evaluation's loss is the model's
+    own cross-entropy (no SMART terms, no components taken from the training log), and the training log's
+    components are the two steps' mean, as two logs of one step each show them."""
+    config = train_config(method="smart", dropout=0.0)
+    each = _trainer(tmp_path, config, max_steps=2)
+    each.train()
+    first, second = (log for log in each.state.log_history if "smart/task_loss" in log)
+    data = random_examples()
+    trainer = _trainer(
+        tmp_path, config, smart_arguments={"eval_dataset": rows(data)}, max_steps=2, logging_steps=2,
+        eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=EXAMPLES,
+    )  # fmt: skip
+    trainer.train()
+    evaluations = [log for log in trainer.state.log_history if "eval_loss" in log]
+    trained = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(evaluations) == 2 and len(trained) == 1
+    assert not any(key.startswith("smart/") for log in evaluations for key in log)
+    for key in ("smart/task_loss", "smart/r_s"):
+        assert trained[0][key] == pytest.approx((first[key] + second[key]) / 2, rel=1e-5)
+    model = trainer.model.eval()
+    batch = collate(data, list(range(EXAMPLES)), 0, WIDTH)
+    with torch.no_grad():
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    own = torch.nn.functional.cross_entropy(logits, batch["labels"])
+    assert evaluations[-1]["eval_loss"] == pytest.approx(float(own), rel=1e-5)
 
 
 def test_more_than_one_process_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,6 +108,34 @@ def test_split_forward_equals_plain_model_exactly(arch: str, batch: dict[str, Te
     assert torch.equal(adapter.forward(batch), plain.detach())
 
 
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_the_word_embeddings_site_splits_at_the_word_table(arch: str, batch: dict[str, Tensor]) -> None:
+    """At `word-embeddings` (R3F, FreeLB, PGD) the tensor to perturb is the word table's output, and the rest
+    of the embedding layer (positions, segments, LayerNorm) runs on it: the plain model's logits again."""
+    torch.manual_seed(0)
+    model = ARCHITECTURES[arch]().eval()
+    adapter = EmbeddingAdapter(model, is_regression=False, site="word-embeddings")
+    with torch.no_grad():
+        words = adapter.embed(batch)
+        split = adapter.forward_from_embeddings(batch, words)
+        plain = model(**batch).logits
+        table = model.get_input_embeddings()(batch["input_ids"])
+        output = EmbeddingAdapter(model, is_regression=False).embed(batch)
+    assert torch.equal(words, table)
+    assert not torch.allclose(words, output[..., : words.shape[-1]])  # not the embedding layer's output
+    assert torch.equal(split, plain)
+
+
+def test_deberta_embeds_padded_positions_as_zeros(batch: dict[str, Tensor]) -> None:
+    """DeBERTa's embedding layer zeroes padded positions with the attention mask, as its own forward does;
+    the tensor SMART perturbs must be that one (the logits alone do not show it: pads are masked keys)."""
+    adapter = _eval_adapter(_deberta)
+    with torch.no_grad():
+        x = adapter.embed(batch)
+    pad = batch["attention_mask"] == 0
+    assert pad.any() and torch.all(x[pad] == 0) and torch.all(x[~pad].abs().sum(-1) > 0)
+
+
 def test_minilm_split_forward_equals_plain_model(
     minilm_adapter: EmbeddingAdapter, batch: dict[str, Tensor]
 ) -> None:
@@ -258,6 +286,20 @@ def test_head_parameters(arch: str, head_names: set[str]) -> None:
     names = {n for n, p in adapter.model.named_parameters() if any(p is h for h in adapter.head_parameters())}
     assert head_names <= names
     assert not any(n.startswith(adapter.model.base_model_prefix + ".") for n in names)
+
+
+def test_the_word_embeddings_site_needs_input_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _bert()
+    monkeypatch.setattr(model, "get_input_embeddings", lambda: None)
+    with pytest.raises(TypeError, match="no input embeddings"):
+        EmbeddingAdapter(model, is_regression=False, site="word-embeddings")
+    EmbeddingAdapter(model, is_regression=False)  # the embedding layer's output needs no word table
+
+
+@pytest.mark.parametrize("output", [torch.zeros(2, 3), "not a tensor"])
+def test_an_embedding_output_that_is_not_b_t_h_is_refused(output: object) -> None:
+    with pytest.raises(TypeError, match=r"expected a \(B, T, H\) tensor"):
+        EmbeddingAdapter._checked(output)
 
 
 def test_model_without_embeddings_module_is_rejected() -> None:

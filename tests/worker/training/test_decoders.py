@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2ForSequenceClassification
 
-from smart_core.integrations.decoder import positions_from_mask
+from smart_core.integrations.decoder import DecoderSplit, decoder_split, model_positions, positions_from_mask
 from tests.worker.training.decoder_setup import DECODERS, random_examples, session_for, train_config
 from worker.training.batching import collate
 from worker.training.loop import train_step
@@ -24,6 +24,40 @@ def test_positions_follow_the_mask_on_either_side() -> None:
     right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     assert positions_from_mask(left).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
     assert positions_from_mask(right)[0, :3].tolist() == [0, 1, 2]
+
+
+def test_the_model_gets_the_masks_positions_and_no_segment_ids() -> None:
+    """The decoder's inputs carry mask-derived positions: GPT-2's are computed in `embed` anyway, but a
+    model that reads `position_ids` itself (rotary attention) must see the same ones. Without a mask every
+    row counts 0..T-1."""
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    ids = torch.arange(8).view(2, 4)
+    split = DecoderSplit(output_module=torch.nn.Identity(), words=torch.nn.Identity())
+    kwargs = split.model_kwargs({"input_ids": ids, "attention_mask": mask, "token_type_ids": ids})
+    assert kwargs.keys() == {"input_ids", "attention_mask", "position_ids"}
+    assert kwargs["position_ids"].tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]]
+    assert model_positions({"input_ids": ids[:, :3]}).tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_gpt2s_embedding_dropout_is_applied_once_in_training() -> None:
+    """GPT-2's x is drop(wte(ids) + wpe(positions)): in train mode `embed` applies the embedding dropout (the
+    perturbed tensor replaces `drop`'s output, so the model applies none after it); in eval mode none."""
+    config = GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=2, embd_pdrop=0.5)
+    model = GPT2ForSequenceClassification(config)
+    split = decoder_split(model)
+    assert split is not None and split.dropout is model.transformer.drop
+    batch = {
+        "input_ids": torch.randint(0, 100, (4, 16)),
+        "attention_mask": torch.ones(4, 16, dtype=torch.long),
+    }
+    model.train()
+    dropped = (split.embed(batch) == 0).float().mean()
+    model.eval()
+    assert 0.4 < dropped < 0.6 and (split.embed(batch) == 0).float().mean() == 0
+
+
+def test_a_layout_it_does_not_know_is_no_decoder() -> None:
+    assert decoder_split(torch.nn.Linear(2, 2)) is None
 
 
 @pytest.mark.parametrize("name", DECODERS)
