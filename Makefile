@@ -87,7 +87,8 @@ test-all: lint
 # docker-compose.yml for real (docs/deployment.md, "The compose stack test"): a Docker engine installed and
 # started if need be (as root), a Debian base image made with debootstrap (once, then cached), the images
 # built, the stack up, a job through its API, the Ray head killed mid-job, the stack down. Also part of
-# test-all (the `slow` tier), where it skips, saying why, if no engine can start. Measurements: out/compose_stack.json.
+# test-all (the `slow` tier), where it skips, saying why, if no engine can start or the disk cannot hold the
+# images. Measurements: out/compose_stack.json.
 deploy-test: install
 	$(BIN)/python -m tests.support.docker_engine
 	$(PYTEST) --durations=10 tests/integration/test_compose_stack.py

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 _SIBLING_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 if not os.environ.get("SMARTUNE_GLUE_DIR") and _SIBLING_GLUE.is_dir():
     os.environ["SMARTUNE_GLUE_DIR"] = str(_SIBLING_GLUE)  # the checkout's ../shared, as in CI
+
+
+def _disk_line(when: str) -> str:
+    folder = tempfile.gettempdir()
+    usage = shutil.disk_usage(folder)
+    return f"disk {when}: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.0f} GiB under {folder}"
+
+
+def pytest_report_header() -> str:
+    """The disk's room in the log's first lines: a suite on a disk that fills (CI's is shared) fails in ways
+    that name no cause (Ray's spilling, SQLite, log writes)."""
+    return _disk_line("at the start")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(_disk_line("at the end"))
 
 
 @pytest.fixture(scope="session")

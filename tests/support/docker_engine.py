@@ -32,6 +32,13 @@ DOCKERD_LOG = Path("/var/log/smartune-dockerd.log")
 # from pip's find-links folder into the build context, never downloaded (PyPI's Linux torch is the CUDA one).
 TORCH_CPU_WHEEL = "torch-2.13.0+cpu-*.whl"
 WHEELS = REPO / "deploy" / "wheels"
+# What a cold build of the stack's images takes from the engine's disk: the five images (4.8 GB), BuildKit's
+# cache (0.7 GB), Debian's docker.io and debootstrap: free space went from 78.0 to 71.1 GB here (1 Dec 2026).
+# A warm rebuild (every tag present) writes only the changed top layers.
+COLD_BUILD_BYTES, WARM_BUILD_BYTES = 8 << 30, 1 << 30
+# Ray refuses to create an object that must spill to a disk over 95% full (its local_fs_capacity_threshold),
+# and the rest of the suite runs Ray beside the builds, on the same disk where /tmp shares it.
+RAY_FULL_FRACTION = 0.95
 
 
 class EngineUnavailable(RuntimeError):
@@ -96,6 +103,29 @@ def image_exists(tag: str) -> bool:
     return (
         subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False).returncode == 0
     )
+
+
+def docker_root() -> Path:
+    """The engine's data folder (`docker info`'s DockerRootDir): where images and build caches are written."""
+    said = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True,
+                          timeout=60, check=False).stdout.strip()  # fmt: skip
+    return Path(said) if said else Path("/var/lib/docker")
+
+
+def check_disk_room(tags: list[str], root: Path | None = None) -> None:
+    """Raises EngineUnavailable when building the images `tags` names would leave the disk under the engine's
+    root more than 95% full: on a host whose disk is nearly full (CI's is shared), the builds would take the
+    rest of the suite down with them (Ray stops creating objects, SQLite and logs fail with ENOSPC)."""
+    where = root or docker_root()
+    needed = WARM_BUILD_BYTES if all(image_exists(tag) for tag in tags) else COLD_BUILD_BYTES
+    usage = shutil.disk_usage(where if where.exists() else where.parent)
+    floor = int(usage.total * (1 - RAY_FULL_FRACTION))
+    if usage.free - needed < floor:
+        raise EngineUnavailable(
+            f"the disk under {where} has {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.0f} GiB; "
+            f"building the stack's images takes about {needed / 2**30:.0f} GiB and would leave less than the "
+            f"{floor / 2**30:.1f} GiB (5%) below which Ray refuses to spill objects for the rest of the suite"
+        )
 
 
 def ensure_base_image(tag: str = BASE_IMAGE) -> float:

@@ -23,7 +23,7 @@ def _batch(regression: bool = False) -> dict[str, torch.Tensor]:
     return batch
 
 
-def _trained(method: MethodConfig, updates: int) -> tuple[SmartLoss, torch.nn.Module]:
+def _trained(method: MethodConfig, updates: int) -> SmartLoss:
     """A SmartLoss after `updates` optimiser steps of plain SGD (the teacher moved `updates` times)."""
     torch.manual_seed(0)
     model = fresh_model(train_config(dropout=0.0))
@@ -35,7 +35,7 @@ def _trained(method: MethodConfig, updates: int) -> tuple[SmartLoss, torch.nn.Mo
         optimizer.step()
         optimizer.zero_grad()
         smart.after_update()
-    return smart, model
+    return smart
 
 
 def test_a_one_label_head_is_read_as_regression() -> None:
@@ -76,11 +76,11 @@ def test_the_labels_are_required() -> None:
 @pytest.mark.parametrize("teacher", [True, False])
 def test_a_checkpoint_restores_the_teacher_and_the_step_count(teacher: bool) -> None:
     method = MethodConfig() if teacher else MethodConfig(mu=0.0)  # mu 0: R_s alone, no teacher
-    smart, _model = _trained(method, updates=3)
+    smart = _trained(method, updates=3)
     state = smart.state_dict()
     assert state["steps"] == 3 and (state["reference"] is not None) == teacher
 
-    resumed, _ = _trained(method, updates=0)  # θ̃ = θ₀, no steps taken
+    resumed = _trained(method, updates=0)  # θ̃ = θ₀, no steps taken
     start = resumed.objective.reference
     initial = [t.clone() for t in start.shadow] if start is not None else []
     resumed.load_state_dict(state)
@@ -95,8 +95,8 @@ def test_a_checkpoint_restores_the_teacher_and_the_step_count(teacher: bool) -> 
 
 
 def test_a_checkpoint_of_another_teacher_setting_is_refused() -> None:
-    with_teacher, _ = _trained(MethodConfig(), updates=1)
-    without, _ = _trained(MethodConfig(mu=0.0), updates=1)
+    with_teacher = _trained(MethodConfig(), updates=1)
+    without = _trained(MethodConfig(mu=0.0), updates=1)
     with pytest.raises(ValueError, match="has a teacher"):
         without.load_state_dict(with_teacher.state_dict())
     with pytest.raises(ValueError, match="has no teacher"):
