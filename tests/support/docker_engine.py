@@ -74,6 +74,7 @@ def _install_engine() -> None:
     _run(["apt-get", "update", "-qq"], "apt-get update", env=env)
     packages = ["docker.io", "debootstrap"] + ([] if shutil.which("docker") else ["docker-cli"])
     _run(["apt-get", "install", "-y", "-qq", *packages], f"apt-get install {' '.join(packages)}", env=env)
+    _run(["apt-get", "clean"], "apt-get clean", env=env)  # the downloaded packages, off the disk
 
 
 def ensure_engine(timeout: float = 90) -> str:
