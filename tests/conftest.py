@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,8 +41,19 @@ def pytest_report_header() -> str:
     return _disk_line("at the start")
 
 
+# Where a run writes most (docs/testing.md § Times by stop): listed at the end when the disk is nearly full.
+_DISK_WRITERS = ("/tmp", "/var/lib/docker", "/var/cache/apt", "/var/log", str(Path.home() / ".cache"))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(_disk_line("at the end"))
+    usage = shutil.disk_usage(tempfile.gettempdir())
+    if usage.free < usage.total * 0.10:  # name what filled it (CI's disk is shared: it may be no one here)
+        folders = [folder for folder in _DISK_WRITERS if Path(folder).is_dir()]
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            said = subprocess.run(["du", "-x", "-s", "-B1G", *folders], capture_output=True, text=True,
+                                  timeout=120, check=False).stdout  # fmt: skip
+            terminalreporter.write_line(f"the disk is nearly full; GiB in the folders a run writes:\n{said}")
 
 
 @pytest.fixture(scope="session")
