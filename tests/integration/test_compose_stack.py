@@ -89,8 +89,9 @@ def stack() -> Iterator[ComposeStack]:
     except EngineUnavailable as err:
         pytest.skip(f"no Docker engine can start here: {err}")
     specs = images()
+    tags = [BASE_IMAGE, *(spec.tag for spec in specs)]
     try:
-        check_disk_room([BASE_IMAGE, *(spec.tag for spec in specs)])
+        check_disk_room(tags)
         free_before = shutil.disk_usage(docker_root()).free
         base_seconds = ensure_base_image()
         stage_torch_cpu_wheel()
@@ -117,7 +118,7 @@ def stack() -> Iterator[ComposeStack]:
         prune_replaced_images()
         shutil.rmtree(folder, ignore_errors=True)  # the stack's .env: its secrets
         if os.environ.get("CI") == "true":  # a CI machine builds cold and is thrown away: give the disk back
-            remove_images([BASE_IMAGE, *(spec.tag for spec in specs)])  # to the tests still running
+            remove_images(tags)  # to the tests still running
 
 
 def _ready(stack: ComposeStack) -> bool:
