@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.support import docker_engine
-from tests.support.docker_engine import COLD_BUILD_BYTES, EngineUnavailable, check_disk_room
+from tests.support.docker_engine import (
+    COLD_BUILD_BYTES,
+    WARM_BUILD_BYTES,
+    EngineUnavailable,
+    check_disk_room,
+)
 
 Usage = namedtuple("Usage", "total used free")
 GIB = 1 << 30
@@ -41,8 +46,12 @@ def test_a_cold_build_on_a_nearly_full_disk_is_refused_with_the_numbers(
 
 
 def test_a_warm_rebuild_asks_for_less(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _disk(monkeypatch, free_gib=252 * 0.05 + 2, cached=True)
+    room = 252 * 0.05 + WARM_BUILD_BYTES / GIB + 0.1  # enough for a rebuild, short of a cold build
+    _disk(monkeypatch, free_gib=room, cached=True)
     check_disk_room(["a", "b"], tmp_path)
-    _disk(monkeypatch, free_gib=252 * 0.05 + 2, cached=False)
+    _disk(monkeypatch, free_gib=room - 0.2, cached=True)
+    with pytest.raises(EngineUnavailable, match=r"about 3 GiB"):
+        check_disk_room(["a", "b"], tmp_path)
+    _disk(monkeypatch, free_gib=room, cached=False)
     with pytest.raises(EngineUnavailable):
         check_disk_room(["a", "b"], tmp_path)
