@@ -212,6 +212,23 @@ def test_evaluation_keeps_the_models_loss_and_the_logs_average_the_steps(tmp_pat
     assert evaluations[-1]["eval_loss"] == pytest.approx(float(own), rel=1e-5)
 
 
+def test_a_direct_loss_call_on_a_model_in_eval_mode_is_the_models_own_loss(tmp_path: Path) -> None:
+    """Custom evaluation loops call `compute_loss(model, inputs)` without `return_outputs`: with the model in
+    eval mode that is the model's cross-entropy, not SMART's training loss (R_s, D_Breg), even once the
+    SmartLoss exists."""
+    config = train_config(method="smart", dropout=0.0)
+    trainer = _trainer(tmp_path, config)
+    trainer.train()
+    assert trainer.smart is not None
+    batch = collate(random_examples(), list(range(EXAMPLES)), 0, WIDTH)
+    model = trainer.model.eval()
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, dict(batch))
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    own = torch.nn.functional.cross_entropy(logits, batch["labels"])
+    assert float(loss) == pytest.approx(float(own), rel=1e-5)
+
+
 def test_more_than_one_process_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = train_config()
     monkeypatch.setattr(TrainingArguments, "world_size", property(lambda _self: 2))
