@@ -64,6 +64,8 @@ def trial_configs(
         if learning_rate is None or epochs is None:
             raise ValueError("the methods phase needs a learning rate and epochs")
         for method in campaign.methods:
+            if not campaign.method_seeds(method):  # planned on none of the seeds asked for
+                continue
             specs.append(
                 (method.label, campaign.method_spec(task, method, learning_rate=learning_rate, epochs=epochs))
             )

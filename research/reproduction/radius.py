@@ -115,6 +115,11 @@ def radius_section(records: Records) -> list[str]:
         "initial noise's length, the ascent direction geometric (signal ≥ 0.5) and R_s above its δ = 0 control,",
         "all as per-epoch means of the trial (`research.reproduction.radius.ascent_check`).",
         "",
+        f"Every seed runs the λ_s sweep at ε = {plan.RADIUS_ACTS:g}, the radius where R_s's gradient is a",
+        "measurable share of the task's, and the radius sweep at the paper's λ_s = 1; the other corners are",
+        f"screened on seeds {_seeds(plan.RADIUS_SCREEN_SEEDS)} (`plan.radius_seeds`): at ε = 1e-3 R_s is inert, at",
+        "ε = 1e-1 the ascent leaves the quadratic regime (STS-B's first two seeds showed both).",
+        "",
     ]
     for task in tasks:
         metric = next(r["metric"] for r in records if r["task"] == task)
@@ -130,15 +135,29 @@ def radius_section(records: Records) -> list[str]:
     return out
 
 
+def _seeds(seeds: Sequence[int]) -> str:
+    """`1-5` for a run of consecutive seeds, else `1, 3`."""
+    ordered = sorted(seeds)
+    consecutive = len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1))
+    return f"{ordered[0]}-{ordered[-1]}" if consecutive else ", ".join(map(str, ordered))
+
+
 def progress(records: Records, task: str) -> list[str]:
     """How much of the task's grid has run, and its two baselines' scores (the cells' reference)."""
-    labels = ["vanilla", "smart-breg-only", *(m.label for m in plan.RADIUS_METHODS)]
-    done = [r for r in records if r["task"] == task and r["method"] in labels]
+    plan_seeds = {label: set(plan.SEEDS) for label in plan.RADIUS_BASELINES} | {
+        m.label: set(m.seeds or plan.SEEDS) for m in plan.RADIUS_METHODS
+    }
+    done = [r for r in records if r["task"] == task and r["method"] in plan_seeds]
+    planned_done = sum(r["seed"] in plan_seeds[r["method"]] for r in done)
     seeds = sorted({r["seed"] for r in done})
-    planned = len(labels) * len(plan.SEEDS)
+    screened = [m for m in plan.RADIUS_METHODS if m.seeds is not None]
     devices = sorted({f"{r.get('device', '?')} ({r.get('precision', '?')})" for r in done})
-    lines = [f"{len(done)} of {planned} trials ({len(labels)} rows x {len(plan.SEEDS)} seeds), seeds run: "
-             f"{', '.join(map(str, seeds))}; ran on {', '.join(devices)}."]  # fmt: skip
+    extra = len(done) - planned_done
+    lines = [f"{planned_done} of {sum(map(len, plan_seeds.values()))} planned trials (the two baselines and "
+             f"{len(plan.RADIUS_METHODS) - len(screened)} cells on seeds {_seeds(plan.SEEDS)}, {len(screened)} "
+             f"cells screened on seeds {_seeds(plan.RADIUS_SCREEN_SEEDS)})"
+             + (f" and {extra} beyond the plan" if extra else "")
+             + f"; seeds run: {', '.join(map(str, seeds))}; ran on {', '.join(devices)}."]  # fmt: skip
     for method, name in (("vanilla", "vanilla"), ("smart-breg-only", "the teacher alone")):
         values = list(_values(records, task, method).values())
         if values:

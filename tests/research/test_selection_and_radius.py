@@ -70,6 +70,26 @@ def test_the_radius_cells_put_the_ascent_on_the_balls_face() -> None:
     )
 
 
+def test_every_seed_runs_the_two_sweeps_and_two_seeds_screen_the_corners() -> None:
+    """The λ_s sweep at the radius that acts and the radius sweep at λ_s = 1 on every seed; the corners
+    (ε 1e-3 and 1e-1 at λ_s 0.1 and 10) on the screen's seeds, and none of them when only others are asked."""
+    campaign = plan.Campaign(methods=plan.RADIUS_METHODS)
+    trials = direct.trial_configs(campaign, ["stsb"], learning_rate=5e-5, epochs=2, train_examples=1000,
+                                  overrides={})  # fmt: skip
+    seeds: dict[str, set[int]] = {}
+    for trial in trials:
+        seeds.setdefault(trial["_method"], set()).add(trial["seed"])
+    for method in plan.RADIUS_METHODS:
+        eps, lam = method.params["epsilon"], method.params["lambda_s"]
+        full = eps == plan.RADIUS_ACTS or lam == 1.0
+        assert seeds[method.label] == set(plan.SEEDS if full else plan.RADIUS_SCREEN_SEEDS), method.label
+    assert sum(map(len, seeds.values())) == 5 * 5 + 4 * 2
+    later = plan.Campaign(methods=plan.RADIUS_METHODS, seeds=(3, 4))
+    labels = {t["_method"] for t in direct.trial_configs(later, ["stsb"], learning_rate=5e-5, epochs=2,
+                                                         train_examples=1000, overrides={})}  # fmt: skip
+    assert labels == {m.label for m in plan.RADIUS_METHODS if m.seeds is None}
+
+
 def test_the_linearized_rows_differ_from_their_exact_twins_only_in_rs_arithmetic() -> None:
     """Issue 28's quality check pairs each linearised row with its exact twin, seed by seed."""
     assert plan.LINEARIZED_LABELS == ("smart-linearized", "smart-renorm-linearized")
@@ -123,8 +143,13 @@ def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_t
         in text
     )
     assert (
-        "9 of 55 trials (11 rows x 5 seeds), seeds run: 1, 2, 3; ran on " in text
+        "9 of 43 planned trials (the two baselines and 5 cells on seeds 1-5, 4 cells screened on seeds 1, 2); "
+        "seeds run: 1, 2, 3; ran on " in text
     )  # how far the grid has run
+    corner = plan.radius_label(1e-3, 10.0)  # screened on seeds 1 and 2: a third seed is counted apart
+    more = [*records, *(_radius_record(s, 81.0, corner, 1e-3) for s in (1, 2, 3))]
+    assert "11 of 43 planned trials" in "\n".join(radius.progress(more, "mrpc"))
+    assert "and 1 beyond the plan; seeds run" in "\n".join(radius.progress(more, "mrpc"))
     assert "Vanilla: 81.00 ± 1.00 (n = 3). The teacher alone: 81.50 ± 1.00 (n = 3)." in text
     assert "ε ∈ {0.001, 0.01, 0.1}" in text and "{0.1, 1, 10}" in text  # the plan's grid, not a stale one
     assert radius.radius_section([r for r in records if r["method"] == "vanilla"]) == []
