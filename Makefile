@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --constraint requirements-dev.lock -e '.[dev,bench,postgres,s3]'
+	# smart-pytorch (bench) depends on data-science-types: 2020 stubs for numpy, pandas and matplotlib that
+	# shadow those packages' own annotations and fail mypy on correct numpy code. Stubs only: nothing imports it.
+	$(BIN)/python -m pip uninstall -q -y data-science-types
 	touch $(STAMP)
 
 # Re-resolves the locks from pyproject.toml's ranges (needs the package index): requirements.lock for
@@ -43,8 +46,7 @@ stop: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy smart_core worker/contract service
-	$(BIN)/mypy --follow-imports=silent smartune   # the SDK (its `python -m` entry leads into cli/)
+	$(BIN)/mypy smart_core worker service cli smartune bench research examples
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -63,10 +63,10 @@ class DtypeFlops(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> DtypeFlops:
         self._calls_before = fused.helper_calls()
-        return super().__enter__()  # type: ignore[no-any-return]
+        return super().__enter__()  # type: ignore[no-any-return,no-untyped-call]
 
     def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
         self.helper_calls += fused.helper_calls() - self._calls_before
 
     def regions(self) -> int:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def serve(
     database_url: str | None = None,
     ray_num_cpus: int = 2,
     ready_path: str = "/readyz",
-    **env: str,
+    env: Mapping[str, str] | None = None,
 ) -> Served:
     """Start `smartune serve` in `data_dir` (SQLite there unless `database_url`), with `env` on top of this
     process's environment, and wait until `ready_path` answers 200 (`/healthz` where no Ray is meant to
@@ -84,7 +85,7 @@ def serve(
         "SMARTUNE_RAY_START_ARGS": " ".join(f"{flag}={free_port()}" for flag in RAY_PORT_FLAGS),
         "SMARTUNE_RAY_TEMP_DIR": str(ray_temp / "ray"),
         "RAY_USAGE_STATS_ENABLED": "0",
-        **env,
+        **(env or {}),
     }
     if database_url:
         child_env["DATABASE_URL"] = database_url

@@ -227,7 +227,7 @@ def run_load(
             env = service_env(root, queue_limit)
             if ray_address:  # a running cluster instead of a head of the service's own
                 env["RAY_ADDRESS"] = ray_address
-            server = serve(root / "data", database_url=url, **env)
+            server = serve(root / "data", database_url=url, env=env)
             tally = asyncio.run(_load(server.url, keys, seconds))
             accepted = [job for ids in tally.accepted.values() for job in ids]
             states, failures, drained = _drain(server.url, admin, accepted, drain_timeout)

@@ -198,7 +198,7 @@ def run_noisy_neighbour(
         server = None
         try:
             server = serve(
-                root / "data", database_url=url, ready_path="/readyz" if with_ray else "/healthz", **env
+                root / "data", database_url=url, ready_path="/readyz" if with_ray else "/healthz", env=env
             )
             noisy_plan = {"keys": noisy_keys, "concurrency": noisy_concurrency, "upload_rows": upload_rows}
             tally, noisy, first = _run(server.url, quiet, noisy_plan, seconds, rounds)

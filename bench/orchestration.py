@@ -46,7 +46,9 @@ from worker.tune.trainable import TrialContext, open_run, run_trial
 from worker.tune.tuning import KEPT_CHECKPOINTS, cell_axes, trial_configs
 
 
-def _document(args: argparse.Namespace, *, samples: int, seeds: list[int], cpus: float, **extra: Any) -> dict:
+def _document(
+    args: argparse.Namespace, *, samples: int, seeds: list[int], cpus: float, **extra: Any
+) -> dict[str, Any]:
     return {
         "task": args.task,
         "data": args.data,
@@ -92,7 +94,8 @@ class StorageReporter:
     """What Tune does with a reported checkpoint: copy the folder into storage, keep the last two."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder, self.kept = folder, []  # type: list[Path]
+        self.folder = folder
+        self.kept: list[Path] = []
 
     def __call__(self, metrics: dict[str, float], state: Path) -> None:
         target = self.folder / f"checkpoint_{len(list(self.folder.glob('checkpoint_*'))):06d}"

@@ -67,9 +67,10 @@ def fixed_batch(tokenizer: Any, batch_size: int, seq_len: int) -> tuple[Batch, T
     `seq_len` first, so normally no padding at all); otherwise seeded random word-piece ids framed by
     [CLS] ... [SEP] with a full attention mask. Deterministic, so memory children rebuild the same batch.
     """
-    task, why_not = _task_file("rte", glue_root())
-    if why_not is None:
-        examples = load_examples(task, glue_root(), task.train_split)[: max(8 * batch_size, 256)]
+    root = glue_root()
+    task, why_not = _task_file("rte", root)
+    if why_not is None and root is not None:
+        examples = load_examples(task, root, task.train_split)[: max(8 * batch_size, 256)]
         encoded = encode(examples, tokenizer, seq_len, task.is_regression)
         full = [i for i, n in enumerate(encoded.lengths) if n == seq_len]
         rest = [i for i, n in enumerate(encoded.lengths) if n < seq_len]
@@ -138,13 +139,14 @@ def padding_benchmark(
     """
     results: dict[str, dict[str, Any]] = {}
     for name in tasks:
-        task, why_not = _task_file(name, glue_root())
-        if why_not is not None:
+        root = glue_root()
+        task, why_not = _task_file(name, root)
+        if why_not is not None or root is None:
             results[name] = {"skipped": why_not}
             print(f"[padding] {name}: skipped ({why_not})", file=sys.stderr)
             continue
         pad_id = int(tokenizer.pad_token_id or 0)
-        rows = load_examples(task, glue_root(), task.train_split)[:examples]
+        rows = load_examples(task, root, task.train_split)[:examples]
         encoded = encode(rows, tokenizer, MAX_LEN, task.is_regression)
         batches = length_grouped_batches(encoded.lengths, batch_size, torch.Generator().manual_seed(seed))
         step = make_step(task.num_labels)

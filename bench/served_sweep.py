@@ -49,6 +49,20 @@ class InMemoryTracker:
             for trial, metrics in self.histories.get(job_id, {}).items()
         }
 
+    def models(self, team: str) -> list[Any]:
+        return []  # the seeded sweep registers no model
+
+    def trial_output(self, job_id: str, trial_id: str, max_bytes: int, experiment: str | None = None) -> None:
+        return None  # the seeded trials printed nothing
+
+    def download_checkpoint(
+        self, job_id: str, trial_id: str, dst: Path, experiment: str | None = None
+    ) -> None:
+        return None  # nor kept a checkpoint
+
+    def download_model(self, name: str, version: str, dst: Path) -> Path:
+        raise LookupError(f"registered model {name!r} version {version}: the seeded sweep registers none")
+
 
 class IdlePool:
     """A Ray stand-in with 16 CPUs and 4 GPUs where nothing ever runs (the job is seeded as finished)."""
@@ -206,6 +220,7 @@ class Served:
     def __init__(self, app: Any) -> None:
         import uvicorn
 
+        self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -216,7 +231,7 @@ class Served:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.05)
-        self.server.config.app.state.engine.refresh_capacity()  # no engine thread: read the pool once
+        self.app.state.engine.refresh_capacity()  # no engine thread: read the pool once
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self

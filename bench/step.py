@@ -32,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+from functools import partial
 from typing import Any
 
 import torch
@@ -79,7 +80,7 @@ def time_interleaved(
     for r in range(WARMUP_ROUNDS + MAX_ROUNDS_FACTOR * rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:  # rotate: no method always runs right after another
-            seconds, foreign = timed(lambda s=steppers[name]: s.step(batch, labels), device)
+            seconds, foreign = timed(partial(steppers[name].step, batch, labels), device)
             if r >= WARMUP_ROUNDS:
                 times[name].append(seconds)
                 clean[name].append(foreign <= CONTENTION_LIMIT)

@@ -118,7 +118,8 @@ class Stepper:
                           step_size=1e-3, noise_var=1e-5)  # fmt: skip
         embed = self.adapter.embed(batch)
         clean = forward(embed)
-        return F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
+        loss: Tensor = F.cross_entropy(clean, labels) + 1.0 * smart(embed, clean)  # λ_s = 1
+        return loss
 
     @contextlib.contextmanager
     def helpers(self) -> Iterator[None]:
@@ -146,7 +147,7 @@ class Stepper:
         with self.helpers():
             with precision:
                 loss = self.loss(batch, labels)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         if not bool(
             torch.isfinite(norm) & torch.isfinite(loss.detach())

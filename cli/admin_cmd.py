@@ -20,7 +20,7 @@ from cli import team_checks
 from cli.completion_cmd import DIRECTORY, completes
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("admin", help="bootstrap teams and API keys on the job store directly")
     completes(
         p.add_argument(

@@ -16,7 +16,7 @@ from cli.client_cmd import common, emit_json
 from cli.exit_codes import ExitCode
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="re-run a finished job's trials from their records and compare")
     p.add_argument("job_id")
     p.add_argument(

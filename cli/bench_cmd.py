@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks: step time and memory per method, padding")
     kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     step = kinds.add_parser(
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_sweep(kinds)
 
 
-def _register_sweep(kinds: argparse._SubParsersAction) -> None:
+def _register_sweep(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sweep = kinds.add_parser(
         "sweep", help="orchestration overhead (sweep vs in-process trainings) and ASHA vs the full grid"
     )

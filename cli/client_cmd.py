@@ -112,7 +112,7 @@ def show(args: argparse.Namespace, fetch: Callable[[Client], T], render: Callabl
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("submit", help="submit a job spec (YAML or JSON) to the server")
     completes(p.add_argument("spec", type=Path, help="the job spec file"), FILE)
     p.add_argument(

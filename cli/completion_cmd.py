@@ -41,7 +41,7 @@ def completes(action: argparse.Action, kind: dict[str, str]) -> argparse.Action:
     return action
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh, tcsh, fish, powershell)",

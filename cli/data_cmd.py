@@ -17,7 +17,7 @@ from cli.client_cmd import common, emit_json, show
 from cli.completion_cmd import FILE, completes
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("data", help="upload and list datasets on the server (validated, content-addressed)")
     actions = p.add_subparsers(dest="data", required=True, metavar="ACTION")
     push = actions.add_parser("push", help="upload a file or a task folder (train.tsv, dev.tsv, ...)")

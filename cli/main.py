@@ -25,7 +25,9 @@ from cli import (
 from cli.exit_codes import ExitCode, for_error
 from smartune.errors import SmartuneError  # the SDK's refusals; `import smartune` loads the stdlib only
 
-Registrar = Callable[[argparse._SubParsersAction], None]  # adds one subcommand and sets `handler`
+Registrar = Callable[
+    ["argparse._SubParsersAction[argparse.ArgumentParser]"], None
+]  # adds one subcommand and sets `handler`
 _SUBCOMMANDS: tuple[Registrar, ...] = (
     train_cmd.register,
     sweep_cmd.register,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "migrate",
         help="migrate the job store (DATABASE_URL, else the data dir's SQLite) to the newest schema",

@@ -15,7 +15,7 @@ from typing import Any
 from cli.client_cmd import common, show
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("models", help="your team's registered models: latest and best version of each task")
     p.add_argument(
         "--team", default=None, help="whose models (admin keys; a team's key lists its own team's)"

@@ -9,7 +9,7 @@ from typing import Any
 from cli.completion_cmd import DIRECTORY, completes
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="run the REST control plane (starts a local Ray head when RAY_ADDRESS is unset)",

@@ -10,7 +10,7 @@ from pathlib import Path
 from cli.completion_cmd import DIRECTORY, completes
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "stop",
         help="stop the service and the local Ray head that `smartune serve` started",

@@ -16,7 +16,7 @@ from pathlib import Path
 from cli.completion_cmd import FILE, completes
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a job spec's hyperparameter sweep on Ray Tune, tracked in MLflow (local or RAY_ADDRESS)",

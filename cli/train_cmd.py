@@ -61,7 +61,7 @@ def _trial_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*flags, required=name in _REQUIRED, **options)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("train", help="fine-tune one model on one task (local, no Ray)")
     _trial_flags(p)
     completes(

@@ -12,7 +12,7 @@ from typing import Any
 from cli.client_cmd import common, show
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("results", help="a SUCCEEDED job's sweep summary: cells, mean/std, the best trial")
     p.add_argument("job_id")
     common(p)

@@ -18,7 +18,7 @@ EVENTS = (
 )  # fmt: skip
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("webhooks", help="signed POSTs to your URLs when jobs end (add, list, rm, deliveries)")
     actions = p.add_subparsers(dest="webhooks", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="register a URL; prints its signing secret, shown once")

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import DeviceType, ProfilerActivity, profile
 
 from bench.padding import fixed_batch
 from bench.stepper import Stepper, load_model
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _line(row: dict[str, Any]) -> str:
     if "error" in row:
-        return row["error"][:200]
+        return str(row["error"])[:200]
     busy = "-" if row["busy_share"] is None else f"{100 * row['busy_share']:.0f}%"
     return (f"{1e3 * row['wall_s']:.1f} ms, {row['kernels']} kernels ({busy} busy), "
             f"{row['host_aten_ops']} host aten ops")  # fmt: skip

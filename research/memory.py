@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for model_name in args.models.split(","):
         model, tokenizer = load_model(model_name)
-        config = model.config
+        config: Any = model.config  # the transformers config
         for method in args.methods.split(","):
             for batch_size in map(int, args.batch_sizes.split(",")):
                 for seq_len in map(int, args.seq_lens.split(",")):
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "params": sum(p.numel() for p in model.parameters()), **cell}  # fmt: skip
                         rows.append(row)
                         print(f"[memory] {row['model']} {method} b{batch_size} s{seq_len} {precision}: "
-                              f"{cell['peak_mb'] or 0:.0f} MiB, {cell['step_s'] * 1e3:.1f} ms", file=sys.stderr)  # fmt: skip
+                              f"{cell['peak_mb'] or 0:.0f} MiB, {(cell['step_s'] or 0.0) * 1e3:.1f} ms", file=sys.stderr)  # fmt: skip
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     setup = {"device": name, "torch": torch.__version__,
              "memory_steps": MEMORY_STEPS, "timed_steps": TIMED_STEPS, "note": __doc__.split("\n\n")[2]}  # fmt: skip

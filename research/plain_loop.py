@@ -57,16 +57,18 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=labels)
     collate = DataCollatorWithPadding(tokenizer)
     generator = torch.Generator().manual_seed(args.seed)
-    loader = DataLoader(
-        _rows(train_examples, tokenizer, args.max_seq_length, task.is_regression),
+    loader: DataLoader[dict[str, Any]] = DataLoader(
+        _rows(train_examples, tokenizer, args.max_seq_length, task.is_regression),  # type: ignore[arg-type]  # a list is a map-style dataset
         batch_size=args.batch_size, shuffle=True, collate_fn=collate, generator=generator,
     )  # fmt: skip
-    dev = DataLoader(_rows(dev_examples, tokenizer, args.max_seq_length, task.is_regression), batch_size=64,
-                     collate_fn=collate)  # fmt: skip
+    dev: DataLoader[dict[str, Any]] = DataLoader(
+        _rows(dev_examples, tokenizer, args.max_seq_length, task.is_regression),  # type: ignore[arg-type]  # as above
+        batch_size=64, collate_fn=collate,
+    )  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     total = len(loader) * args.epochs
-    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
-    epochs = []
+    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)  # type: ignore[no-untyped-call]
+    epochs: list[dict[str, Any]] = []
     for epoch in range(1, args.epochs + 1):
         model.train()
         started = time.perf_counter()

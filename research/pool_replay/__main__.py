@@ -171,7 +171,9 @@ def reanalyse(path: Path) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    fmt = lambda v: "-" if v is None else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"  # noqa: E731
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+
     for row in result["table"]:
         diff = "-" if row["rel_diff"] is None else f"{100 * row['rel_diff']:+.1f}%"
         log(f"{row['measure']:<40} real {fmt(row['real']):>8}  sim {fmt(row['sim']):>8}  {diff:>8}")

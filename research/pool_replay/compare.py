@@ -62,7 +62,10 @@ def overheads(records: list[JobTimes], jobs: list[Job]) -> dict[str, Any]:
     starts = list(by_job.values())
     ends = [r.finished - max(e for _, e in r.sleeps) for r in done if r.finished is not None]
     hand = [g for r in done for g in turnovers(r, by_id[r.id].max_concurrent)]
-    mean = lambda xs: statistics.fmean(xs) if xs else 0.0  # noqa: E731
+
+    def mean(xs: list[float]) -> float:
+        return statistics.fmean(xs) if xs else 0.0
+
     return {
         "start_delay_s": mean(starts),
         "trial_overhead_s": mean(hand),

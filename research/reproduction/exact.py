@@ -35,7 +35,7 @@ def sign_test(diffs: Sequence[float]) -> float:
         return 1.0
     k = sum(d > 0 for d in nonzero)
     tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1))
-    return min(1.0, 2 * tail / 2**n)
+    return min(1.0, 2 * tail / float(2**n))
 
 
 def _mid_ranks(values: Sequence[float]) -> list[float]:
@@ -71,7 +71,7 @@ def wilcoxon_signed_rank(diffs: Sequence[float]) -> float:
     for r in doubled:
         for s in range(len(counts) - 1, r - 1, -1):
             counts[s] += counts[s - r]
-    total = 2 ** len(doubled)
+    total = float(2 ** len(doubled))
     below, above = sum(counts[: w + 1]), sum(counts[w:])
     return min(1.0, 2 * min(below, above) / total)
 

@@ -37,7 +37,7 @@ def plot(records: list[dict[str, Any]], path: Path, xlabel: str) -> None:
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("dev metric, mean over seeds")
-    handles = {}  # every method once, whichever panel drew it (a task may lack some methods)
+    handles: dict[str, Any] = {}  # every method once, whichever panel drew it (a task may lack some methods)
     for ax in axes[0]:
         for line in ax.get_lines():
             handles.setdefault(line.get_label(), line)

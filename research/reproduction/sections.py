@@ -154,7 +154,7 @@ def _cut_note(records: Records, task: str, budget: float) -> list[str]:
         runs = [r for r in records if r["task"] == task and r["method"] == method]
         if not runs or not cost.get("vanilla"):
             continue
-        planned = int(runs[0].get("planned_epochs", runs[0]["epochs"]))
+        planned = int(runs[0].get("planned_epochs") or runs[0]["epochs"])
         done = int(statistics.median(epochs_within(r["epoch_seconds"], budget) for r in runs))
         per_epoch = updates_per_epoch(int(runs[0].get("train_examples", plan.TRAIN_EXAMPLES)),
                                       int(plan.TRAINING["batch_size"]))  # fmt: skip

@@ -62,7 +62,8 @@ def paired(method: Sequence[float], baseline: Sequence[float]) -> Paired:
             f"paired: need two equal-length lists of at least 2, got {len(method)} and {len(baseline)}"
         )
     diffs = np.asarray(method, dtype=float) - np.asarray(baseline, dtype=float)
-    low, high = t_interval(diffs)
+    bounds = t_interval(diffs)
+    low, high = float(bounds[0]), float(bounds[1])
     if np.allclose(diffs, diffs[0]):  # sd 0: the t statistic is undefined; every seed moved alike
         p_t = 0.0 if diffs[0] != 0 else 1.0
         low = high = float(diffs.mean())
@@ -71,8 +72,8 @@ def paired(method: Sequence[float], baseline: Sequence[float]) -> Paired:
     return Paired(
         len(diffs),
         float(diffs.mean()),
-        float(low),
-        float(high),
+        low,
+        high,
         p_t,
         sign_test(diffs.tolist()),
         wilcoxon_signed_rank(diffs.tolist()),

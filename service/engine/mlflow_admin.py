@@ -41,8 +41,8 @@ class MlflowAdmin:
         from mlflow.utils.rest_utils import http_request
 
         kwargs: dict[str, Any] = {"params": params} if params is not None else {"json": body}
-        creds = get_default_host_creds(self.tracking_uri)  # type: ignore[no-untyped-call]  # MLflow's, untyped
-        response = http_request(  # type: ignore[no-untyped-call]
+        creds = get_default_host_creds(self.tracking_uri)
+        response = http_request(
             creds, endpoint, method, max_retries=0, timeout=self.timeout_s, raise_on_status=False, **kwargs
         )
         try:

@@ -30,16 +30,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from smart_core.config import PerturbSite
 from smart_core.integrations.decoder import decoder_split
-
-if TYPE_CHECKING:  # transformers' modeling stack costs a process seconds to import; annotations only
-    from transformers import PreTrainedModel
 
 # Batch keys the adapter forwards to the model (labels are deliberately not passed: losses are computed by
 # the SMART core, not by the model).
@@ -54,45 +51,44 @@ class EmbeddingAdapter:
     for classification and (B,) for regression.
     """
 
-    def __init__(
-        self, model: PreTrainedModel, is_regression: bool, site: PerturbSite = "embedding-output"
-    ) -> None:
-        # A PEFT model (LoRA) is split through the transformers model it wraps: the adapters sit inside
-        # its linear layers, and the wrapper's forward only passes the inputs on (worker.training.lora).
-        model = unwrap_peft(model)
-        self.model = model
+    def __init__(self, model: nn.Module, is_regression: bool, site: PerturbSite = "embedding-output") -> None:
+        # `model`: a transformers PreTrainedModel, or a PEFT model around one. A PEFT model (LoRA) is split
+        # through the transformers model it wraps: the adapters sit inside its linear layers, and the
+        # wrapper's forward only passes the inputs on (worker.training.lora).
+        core: Any = unwrap_peft(model)  # the PreTrainedModel (duck-typed: config, base_model, forward)
+        self.model: Any = core
         self.is_regression = is_regression
         self.site = site
         # A decoder's embedding layer has no module of its own (smart_core.integrations.decoder).
-        self.decoder = decoder_split(model)
+        self.decoder = decoder_split(core)
         embeddings = (
-            self.decoder.output_module if self.decoder else getattr(model.base_model, "embeddings", None)
+            self.decoder.output_module if self.decoder else getattr(core.base_model, "embeddings", None)
         )
         if not isinstance(embeddings, nn.Module):
             raise TypeError(
-                f"{type(model).__name__} has no `base_model.embeddings` module and is not a decoder this adapter "
+                f"{type(core).__name__} has no `base_model.embeddings` module and is not a decoder this adapter "
                 "knows (GPT-2's `wte`/`wpe`/`drop`, Llama's `embed_tokens`): the SMART adapter needs the "
                 "embedding layer as a submodule to perturb its output"
             )
         self.embeddings: nn.Module = embeddings
-        words = model.get_input_embeddings()
+        words = core.get_input_embeddings()
         if site == "word-embeddings" and not isinstance(words, nn.Module):
-            raise TypeError(f"{type(model).__name__} has no input embeddings to perturb")
+            raise TypeError(f"{type(core).__name__} has no input embeddings to perturb")
         # The module whose output the perturbed tensor replaces.
         self._replaced: nn.Module = words if site == "word-embeddings" else embeddings
-        num_labels = model.config.num_labels
+        num_labels = core.config.num_labels
         if is_regression and num_labels != 1:
             raise ValueError(f"regression needs a model with num_labels=1, got {num_labels}")
         if not is_regression and (num_labels is None or num_labels < 2):
             raise ValueError(f"classification needs a model with num_labels >= 2, got {num_labels}")
         # Keyword arguments each module accepts, read once: the batch is filtered to these.
         self._embed_params = set(inspect.signature(embeddings.forward).parameters)
-        self._model_params = set(inspect.signature(model.forward).parameters)
+        self._model_params = set(inspect.signature(core.forward).parameters)
         # The head is everything outside the encoder (BERT: `classifier`; RoBERTa/ELECTRA: `classifier.*`;
         # DeBERTa: `pooler` + `classifier`). Identity comparison, since tied weights share Parameter objects.
         # Frozen parameters (the original head beside LoRA's trainable copy) take no gradient: left out.
-        encoder_ids = {id(p) for p in model.base_model.parameters()}
-        self._head_params = [p for p in model.parameters() if id(p) not in encoder_ids and p.requires_grad]
+        encoder_ids = {id(p) for p in core.base_model.parameters()}
+        self._head_params = [p for p in core.parameters() if id(p) not in encoder_ids and p.requires_grad]
 
     # -- the split ---------------------------------------------------------------------------------------
 

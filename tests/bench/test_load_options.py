@@ -24,8 +24,8 @@ def _capture(monkeypatch: pytest.MonkeyPatch, module: Any) -> dict[str, Any]:
     """The benchmark's keys made without a store, and the environment its `serve` would get."""
     seen: dict[str, Any] = {}
 
-    def serve(data_dir: Path, **env: Any) -> None:
-        seen.update(env)
+    def serve(data_dir: Path, *, env: dict[str, str] | None = None, **_options: Any) -> None:
+        seen.update(env or {})
         raise _Started
 
     monkeypatch.setattr(module, "serve", serve)

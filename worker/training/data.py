@@ -91,6 +91,11 @@ def _collect(
     return examples
 
 
+def _getter(values: Any, keys: Mapping[str, Any]) -> Callable[[str], Any]:
+    """`column -> values[keys[column]]`, bound to this record (a lambda in the loop would see later ones)."""
+    return lambda column: values[keys[column]]
+
+
 def _delimited_records(
     reader: Any, index: Mapping[str, int], names: Mapping[str, str], path: Path
 ) -> Records:
@@ -111,7 +116,7 @@ def _delimited_records(
             short = min((c for c in index if index[c] >= len(fields)), key=lambda c: index[c])
             raise DataError(f"too few fields: expected at least {width}, got {len(fields)}",
                             file=path, row=row, column=names[short])  # fmt: skip
-        yield row, lambda c, fields=fields: fields[index[c]]
+        yield row, _getter(fields, index)
 
 
 def _read_delimited(
@@ -164,7 +169,7 @@ def _jsonl_records(f: IO[str], columns: Mapping[str, str], path: Path) -> Record
         for canonical, key in columns.items():
             if key not in record:
                 raise DataError(f"missing column (for {canonical!r})", file=path, row=row, column=repr(key))
-        yield row, lambda c, r=record: r[columns[c]]
+        yield row, _getter(record, columns)
 
 
 def _column_mapping(task: TaskSpec, columns: Mapping[str, str] | None, file: Where) -> dict[str, str]:
@@ -222,7 +227,7 @@ def load_hub(
     ``snli``, ...) also selects the task's config. Rows without a gold label (SNLI's -1) are dropped.
     """
     try:
-        import datasets  # type: ignore[import-not-found]  # optional: pip install 'smartune[hub]'
+        import datasets  # optional: pip install 'smartune[hub]'
     except ImportError as e:
         raise DataError(
             "hub datasets need the optional `datasets` package: pip install 'smartune[hub]'"

@@ -93,7 +93,7 @@ def train_step(session: TrainingSession, indices: list[int]) -> dict[str, Tensor
         with _autocast(session):
             chunk_loss, chunk_parts = session.objective(model_fns(session, batch), labels)
         weight = share * len(chunk) / total
-        scaler.scale(chunk_loss * weight).backward()
+        scaler.scale(chunk_loss * weight).backward()  # type: ignore[no-untyped-call]
         loss = chunk_loss.detach() * weight if loss is None else loss + chunk_loss.detach() * weight
         for key, value in chunk_parts.items():
             parts[key] = parts[key] + value.detach() * weight if key in parts else value.detach() * weight

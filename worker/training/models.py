@@ -168,7 +168,7 @@ def _load_pretrained(
                 f"dropout: model {name!r} ({type(config).__name__}) has no {', '.join(missing)} to set; leave "
                 "`dropout` unset for this architecture"
             )
-        overrides |= dict.fromkeys(fields, dropout)
+        overrides = {**overrides, **dict.fromkeys(fields, dropout)}
     for key, value in overrides.items():
         setattr(config, key, value)  # num_labels' setter rebuilds id2label/label2id
     from transformers import AutoModelForSequenceClassification
@@ -211,6 +211,8 @@ def resolve_model(
     """
     overrides = _task_overrides(num_labels, is_regression, head_dropout if dropout is None else dropout)
     kind, location = _resolve_source(name)
+    model: Any  # a PreTrainedModel, or the peft.PeftModel around it
+    tokenizer: PreTrainedTokenizerBase
     # manual_seed seeds the CPU and every CUDA generator: fork_rng saves and restores all of them.
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
         torch.manual_seed(seed)

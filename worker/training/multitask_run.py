@@ -31,7 +31,8 @@ from worker.training.finetune import RunCallbacks, run_training, save_checkpoint
 from worker.training.loop import evaluate, train_step
 from worker.training.multitask_session import MultiTaskSession
 from worker.training.prepared import PreparedData
-from worker.training.session import TrainingSession, seed_everything
+from worker.training.seeding import seed_everything
+from worker.training.session import TrainingSession
 
 Unit = dict[str, Any]  # {"stage": "joint"|"finetune", "unit": n, "epoch": k, "records": {task: epoch record}}
 ModelWriter = Callable[[str, Path], Path]  # (task, folder) -> the folder, holding that task's model now

@@ -16,6 +16,7 @@ are then that task's, and the single-task step and evaluation of worker.training
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +33,7 @@ from worker.training.adapter import EmbeddingAdapter
 from worker.training.batching import EncodedDataset, length_grouped_batches, sequential_batches
 from worker.training.prepared import PreparedData, prepare_data
 from worker.training.ranks import SINGLE
+from worker.training.seeding import seed_everything
 from worker.training.session import (
     Position,
     _numpy_rng_state,
@@ -40,7 +42,6 @@ from worker.training.session import (
     padding_side,
     resolve_device,
     resolve_precision,
-    seed_everything,
     task_model,
 )
 from worker.training.task_order import TaskBatch, task_batch_order
@@ -68,7 +69,7 @@ class MultiTaskModel(nn.Module):
         self.tasks = nn.ModuleDict(models)
 
 
-def _share_encoder(models: dict[str, nn.Module]) -> None:
+def _share_encoder(models: Mapping[str, Any]) -> None:
     """Every task model takes the first one's encoder module (`base_model`: BERT's `bert`, ...)."""
     first = next(iter(models.values()))
     shared = first.base_model
@@ -82,7 +83,7 @@ def _clone_once(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     copies: dict[tuple[int, int, tuple[int, ...]], torch.Tensor] = {}
     out = {}
     for key, value in state.items():
-        ident = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
+        ident = (value.untyped_storage().data_ptr(), int(value.storage_offset()), tuple(value.shape))
         if ident not in copies:
             copies[ident] = value.detach().clone()
         out[key] = copies[ident]
@@ -159,7 +160,7 @@ class MultiTaskSession:
             task_config = replace(config, task=name)
             prepared = (data or {}).get(name) or prepare_data(task_config, task, tokenizer)
             model = models[name].to(device)
-            adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)  # type: ignore[arg-type]
+            adapter = EmbeddingAdapter(model, task.is_regression, site=method.perturb_site)
             parts[name] = TaskPart(task, task_config, prepared.train, prepared.evals, model, adapter)
         return cls(config, plan, parts, tokenizer, device)
 

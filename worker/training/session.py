@@ -10,6 +10,7 @@ checkpoint of it loads with `torch.load(weights_only=True)` (no code runs on loa
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def linear_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_f
 
 
 # The optimisers a trial may name (worker.contract.trial.OPTIMIZERS), as data.
-OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
+OPTIMIZER_CLASSES: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,  # the paper's; weight decay coupled, 0 by default
     "adamw": torch.optim.AdamW,
     "radam": torch.optim.RAdam,

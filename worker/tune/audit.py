@@ -273,7 +273,8 @@ def best_trial_run(client: MlflowClient, job_id: str) -> str:
     trials = [r for r in runs if r.data.tags.get(KIND) != "sweep" and "best_score" in r.data.metrics]
     if not trials:
         raise AuditError(f"job {job_id} has no trial with a finished epoch to audit")
-    return max(trials, key=lambda r: r.data.metrics["best_score"]).info.run_id
+    best: str = max(trials, key=lambda r: r.data.metrics["best_score"]).info.run_id
+    return best
 
 
 def log_audit(client: MlflowClient, parent_run_id: str, audit_id: str, reports: list[dict[str, Any]]) -> None:

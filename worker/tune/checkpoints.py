@@ -91,7 +91,7 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
     with path.open("wb") as file:
         recorded = _Recorded(file)
         try:
-            torch.save(state, recorded)
+            torch.save(state, cast(IO[bytes], recorded))  # torch.save needs only write() and flush()
         except Exception as err:
             if recorded.error is not None:
                 raise recorded.error from err
@@ -106,8 +106,10 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
 
 
 def _read(checkpoint: tune.Checkpoint, name: str) -> bytes:
+    filesystem = checkpoint.filesystem
+    assert filesystem is not None  # Checkpoint() resolves it from the path
     try:
-        with checkpoint.filesystem.open_input_stream(posixpath.join(checkpoint.path, name)) as stream:
+        with filesystem.open_input_stream(posixpath.join(checkpoint.path, name)) as stream:
             return bytes(stream.readall())
     except (FileNotFoundError, OSError) as err:
         raise UnusableCheckpoint(f"{name} is missing") from err
@@ -248,11 +250,16 @@ def ensure_restorable(experiment_path: str) -> list[str]:
         if trial.status == Trial.TERMINATED:
             continue
         manager = trial.run_metadata.checkpoint_manager
-        named = [result.checkpoint for result in manager.best_checkpoint_results]
-        if manager.latest_checkpoint_result is not None:
-            named.append(manager.latest_checkpoint_result.checkpoint)
+        if manager is None:  # not set up yet: no checkpoint named
+            continue
+        results = [*manager.best_checkpoint_results, manager.latest_checkpoint_result]
+        named = [
+            result.checkpoint for result in results if result is not None and result.checkpoint is not None
+        ]
         for checkpoint in {c.path: c for c in named}.values():
-            if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.Directory:
-                checkpoint.filesystem.create_dir(checkpoint.path)
+            filesystem = checkpoint.filesystem
+            assert filesystem is not None  # Checkpoint() resolves it from the path
+            if filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.Directory:
+                filesystem.create_dir(checkpoint.path)
                 notes.append(f"trial {trial.trial_id}: {posixpath.basename(checkpoint.path)} was gone")
     return notes

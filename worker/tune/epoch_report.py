@@ -26,7 +26,7 @@ Reporter = Callable[[dict[str, float], Path], None]  # (epoch metrics, folder ho
 
 def gpu_peak() -> dict[str, float]:
     """{PEAK_METRIC: MiB} on a GPU (this process's current device), else nothing."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return {}
     return {PEAK_METRIC: torch.cuda.max_memory_allocated() / 2**20}
 

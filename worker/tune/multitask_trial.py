@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from mlflow import MlflowClient
@@ -62,14 +63,11 @@ def open_task_runs(client: MlflowClient, run: Run, job_id: str, tasks: tuple[str
     out = {task: found_run.info.run_id for task, found_run in found.items()}
     for task in tasks:
         if task in out:
-            retrying(lambda r=out[task]: client.update_run(r, status="RUNNING"))
+            retrying(partial(client.update_run, out[task], status="RUNNING"))
             continue
         tags = {PARENT: trial_id, JOB: job_id, KIND: TASK_KIND, TASK_TAG: task}
-        created = retrying(
-            lambda t=tags, name=task: client.create_run(
-                run.info.experiment_id, run_name=f"{run.info.run_name} {name}"[:250], tags=t
-            )
-        )
+        run_name = f"{run.info.run_name} {task}"[:250]
+        created = retrying(partial(client.create_run, run.info.experiment_id, run_name=run_name, tags=tags))
         out[task] = created.info.run_id
         carried = {k: run.data.params[k] for k in ("model", "method") if k in run.data.params}
         log_params(client, created.info.run_id, {"task": task} | carried)  # what the model card names
@@ -119,7 +117,7 @@ def run_multitask_trial(
     data: dict[str, PreparedData] | None = None,
 ) -> None:
     task_runs = open_task_runs(client, run, job_id, plan.tasks)
-    artifact_uris = {name: retrying(lambda r=run_id: client.get_run(r)).info.artifact_uri
+    artifact_uris = {name: retrying(partial(client.get_run, run_id)).info.artifact_uri
                      for name, run_id in task_runs.items()}  # fmt: skip
     state = restored.state
     if state is not None and restored.substituted and state["history"]:
@@ -139,7 +137,7 @@ def run_multitask_trial(
             log_metrics(client, task_runs[name], {"best_score": best["value"]}, step=unit["unit"])
             if best["unit"] == unit["unit"]:  # this unit is the task's best so far: keep its model
                 log_best_checkpoint(client, task_runs[name], artifact_uris[name], best["epoch"],
-                                    record["metrics"], lambda folder, n=name: write(n, folder))  # fmt: skip
+                                    record["metrics"], partial(write, name))  # fmt: skip
             set_tags(client, task_runs[name], {BEST_STAGE: best["stage"], BEST_EPOCH: best["epoch"]})
         metrics = trial_metrics(history, plan)
         log_metrics(client, run.info.run_id, metrics, step=unit["unit"])
@@ -148,9 +146,9 @@ def run_multitask_trial(
     run_multitask(config, plan, on_unit, state, data)
     for run_id in task_runs.values():
         # Once per trial, at its end (a restart that trained nothing more: only if not logged before).
-        if trained or MODEL_URI not in retrying(lambda r=run_id: client.get_run(r)).data.tags:
+        if trained or MODEL_URI not in retrying(partial(client.get_run, run_id)).data.tags:
             log_model(client, run_id)
-        retrying(lambda r=run_id: client.set_terminated(r, "FINISHED"))
+        retrying(partial(client.set_terminated, run_id, "FINISHED"))
 
 
 def register_task_bests(

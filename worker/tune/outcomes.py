@@ -120,7 +120,8 @@ def collect_outcomes(
     resolver: TrialResolver,
 ) -> list[TrialOutcome]:
     outcomes = []
-    for result in results:
+    for index in range(len(results)):  # a ResultGrid is indexed, not typed as iterable
+        result = results[index]
         metrics = dict(result.metrics or {})
         config = result.config or metrics.get("config") or {}
         done = int(metrics.get("epoch", 0) or 0)

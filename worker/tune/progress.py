@@ -46,7 +46,9 @@ class LiveTable(Callback):
     def live(self) -> bool:
         return bool(getattr(self.out, "isatty", lambda: False)())
 
-    def row(self, trial: Trial, status: str | None = None, result: dict | None = None) -> tuple[str, ...]:
+    def row(
+        self, trial: Trial, status: str | None = None, result: dict[str, Any] | None = None
+    ) -> tuple[str, ...]:
         result = result or trial.last_result or {}
         resolved = self.resolver(trial.trial_id, trial.config)
         planned = resolved.planned_epochs
@@ -83,7 +85,9 @@ class LiveTable(Callback):
         self.out.flush()
         self._drawn_lines = len(lines)
 
-    def _event(self, trial: Trial, what: str, status: str | None = None, result: dict | None = None) -> None:
+    def _event(
+        self, trial: Trial, what: str, status: str | None = None, result: dict[str, Any] | None = None
+    ) -> None:
         if self.live:
             return
         trial_id, cell, seed, state, epoch, score, best = self.row(trial, status, result)
@@ -99,7 +103,7 @@ class LiveTable(Callback):
         self._event(trial, "started;", Trial.RUNNING)  # Tune sets the status just after this call
 
     def on_trial_result(
-        self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
         self._event(trial, "epoch done;", result=result)
 

@@ -79,7 +79,7 @@ class StallGuard(Callback):
         self.paces[trial.trial_id] = Pace(last=self.clock())  # also after a retry restarts the actor
 
     def on_trial_result(
-        self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info: Any
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
         if (pace := self.paces.get(trial.trial_id)) is not None:
             pace.report(self.clock())

@@ -97,7 +97,7 @@ def build_summary(
         by_state[outcome.state] += 1
     ranked = [o for o in outcomes if o.state != "ERROR" and _finite(o.value) is not None]
     best = max(ranked, key=lambda o: (o.value, -o.seed), default=None)
-    summary = {
+    summary: dict[str, Any] = {
         "job_id": job_id,
         "tracking_uri": tracking_uri,
         "parent_run_id": parent_run_id,

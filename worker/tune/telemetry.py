@@ -68,7 +68,8 @@ def dataset_name(task: TaskSpec, split: str) -> str:
 
 def _source(config: TrainConfig, task: TaskSpec, split: str) -> Any:
     """Where the split came from: its local file (else the folder or file named), or the hub dataset."""
-    from mlflow.data.sources import HuggingFaceDatasetSource, LocalArtifactDatasetSource
+    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+    from mlflow.data.sources import LocalArtifactDatasetSource  # type: ignore[attr-defined]  # made at import
 
     named = config.data or (str(glue_dir()) if glue_dir() is not None else None)
     source = classify(named, "data") if named is not None else None
@@ -83,17 +84,17 @@ def _source(config: TrainConfig, task: TaskSpec, split: str) -> Any:
 
 def training_dataset(config: TrainConfig, task: TaskSpec, examples: Sequence[Example]) -> tuple[Any, str]:
     """The MLflow dataset of the training examples, and their full SHA-256."""
-    import mlflow.data
     import pandas as pd
+    from mlflow.data.pandas_dataset import from_pandas
 
     split = task.train_split
     columns = {name: [e.texts[i] for e in examples] for i, name in enumerate(task.text_columns)}
-    labels = [e.label for e in examples]
+    labels: list[Any] = [e.label for e in examples]  # class names when the task has them
     if task.labels is not None:
         labels = [task.labels[int(label)] for label in labels]
     frame = pd.DataFrame({**columns, LABEL_COLUMN: labels})
     sha256 = examples_sha256(task, split, examples)
-    dataset = mlflow.data.from_pandas(
+    dataset = from_pandas(
         frame,
         source=_source(config, task, split),
         targets=LABEL_COLUMN,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from mlflow import MlflowClient
@@ -116,8 +117,12 @@ def find_runs(client: MlflowClient, target: TrackingTarget, **tags: str) -> list
     token: str | None = None
     while True:
         page = retrying(
-            lambda t=token: client.search_runs(
-                [target.experiment_id], " and ".join(clauses), max_results=1000, page_token=t
+            partial(
+                client.search_runs,
+                [target.experiment_id],
+                " and ".join(clauses),
+                max_results=1000,
+                page_token=token,
             )
         )
         runs += list(page)
@@ -136,7 +141,7 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
     for i in range(0, len(batch), 500):
-        retrying(lambda chunk=batch[i : i + 500]: client.log_batch(run_id, metrics=chunk))
+        retrying(partial(client.log_batch, run_id, metrics=batch[i : i + 500]))
 
 
 def flat_params(config: TrainConfig) -> dict[str, str]:
@@ -152,7 +157,7 @@ def flat_params(config: TrainConfig) -> dict[str, str]:
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, str]) -> None:
     batch = [Param(k, v[:6000]) for k, v in params.items()]
     for i in range(0, len(batch), 100):
-        retrying(lambda chunk=batch[i : i + 100]: client.log_batch(run_id, params=chunk))
+        retrying(partial(client.log_batch, run_id, params=batch[i : i + 100]))
 
 
 def open_parent(
@@ -173,7 +178,7 @@ def open_parent(
                 f"job_id {target.job_id!r} already ran a different spec (hash {recorded[:12]}, this one "
                 f"{spec_hash[:12]}); use a new job id"
             )
-        run_id = run.info.run_id
+        run_id: str = run.info.run_id
         if run.info.status != "RUNNING":
             retrying(lambda: client.update_run(run_id, status="RUNNING"))
     else:
@@ -198,14 +203,14 @@ def close_stale_children(client: MlflowClient, target: TrackingTarget, resuming:
     stale = [r for r in children if r.info.status == "RUNNING"]
     for run in stale if resuming else []:
         set_tags(client, run.info.run_id, {STATE: "PENDING"})
-        retrying(lambda r=run: client.set_terminated(r.info.run_id, "KILLED"))
+        retrying(partial(client.set_terminated, run.info.run_id, "KILLED"))
     for run in [] if resuming else children:
         if run.info.status == "RUNNING":
             finish_trial_run(client, run.info.run_id, "ERROR", "infra", "the sweep's driver stopped")
         set_tags(
             client, run.info.run_id, {"smartune.superseded": "the sweep started over: no state to resume"}
         )
-        retrying(lambda r=run: client.delete_run(r.info.run_id))
+        retrying(partial(client.delete_run, run.info.run_id))
     return [r.data.tags[TRIAL] for r in stale]
 
 
@@ -242,7 +247,7 @@ def open_trial_run(
 def clear_tags(client: MlflowClient, run: Run, keys: Iterable[str]) -> None:
     for key in keys:
         if key in run.data.tags:
-            retrying(lambda k=key: client.delete_tag(run.info.run_id, k))
+            retrying(partial(client.delete_tag, run.info.run_id, key))
 
 
 def finish_trial_run(

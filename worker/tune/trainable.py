@@ -119,7 +119,7 @@ def run_trial(
     checkpoint per epoch, `report` with the full session state (what a retry restores; outside Tune,
     `report` stores it elsewhere), and at the end the best checkpoint as a transformers-flavour model.
     `data`: the trial's data as its sweep prepared it (else the session reads and tokenises it)."""
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the job log
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no "Writing model shards" bars in the job log
     state = restored.state["session"] if restored.state is not None else None
     # With `workers` > 1 the other ranks train beside this process (rank 0), which alone reports.
     with data_parallel(config, state, data) as ranks:
@@ -266,7 +266,7 @@ def _train(
         held = {"gpu_fraction": resources["GPU"], "gpu_memory_reserved_mb": resources.get("gpu_memory_mb")}
         log_metrics(client, run.info.run_id, {k: float(v) for k, v in held.items() if v}, step=0)
     _refuse_repeated_failure(client, run, context.attempt)  # after counting the start
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # a reused actor ran trials before
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # a reused actor ran trials before
         torch.cuda.reset_peak_memory_stats()
     with system_metrics(run.info.run_id, context.target.tracking_uri, context.system_metrics_interval):
         try:

@@ -134,7 +134,7 @@ def kept_output(
 
     thread = threading.Thread(target=loop, name="trial-output", daemon=True)
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Tee(out, tail), Tee(err, tail)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = Tee(out, tail), Tee(err, tail)
     thread.start()
     try:
         yield tail
