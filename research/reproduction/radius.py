@@ -145,7 +145,7 @@ def _seeds(seeds: Sequence[int]) -> str:
 def progress(records: Records, task: str) -> list[str]:
     """How much of the task's grid has run, and its two baselines' scores (the cells' reference)."""
     plan_seeds = {label: set(plan.SEEDS) for label in plan.RADIUS_BASELINES} | {
-        m.label: set(m.seeds or plan.SEEDS) for m in plan.RADIUS_METHODS
+        m.label: set(plan.CAMPAIGN.method_seeds(m)) for m in plan.RADIUS_METHODS
     }
     done = [r for r in records if r["task"] == task and r["method"] in plan_seeds]
     planned_done = sum(r["seed"] in plan_seeds[r["method"]] for r in done)
