@@ -11,21 +11,20 @@ import json
 import math
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
-    create_model,
     field_validator,
     model_validator,
 )
 
 from smart_core.config import METHOD_PRESETS, method_config
+from worker.contract import spec_rules as rules
 from worker.contract.function import FunctionSpec, free_axis_names, free_grid, free_sampled
 from worker.contract.grid import METHOD_FIELDS, TRAIN_FIELDS, expand_grid, plan_digest, with_values
 from worker.contract.hints import did_you_mean
@@ -38,7 +37,7 @@ from worker.contract.resources import Limits, Resources
 from worker.contract.search import Axis, Search, SearchSpace, StrictModel, cannot_sweep
 from worker.contract.sources import SourceError, classify
 from worker.contract.tasks import TASKS
-from worker.contract.trial import KNOBS, TYPES, TrainConfig
+from worker.contract.training_block import Training
 
 MAX_CELLS = 10_000  # a hard ceiling; the control plane enforces its own, lower, configurable limit
 # The plan's digest (JobSpec.plan_digest) as the control plane computed it, in the sweep driver's
@@ -59,52 +58,11 @@ def _source(value: str, field: str, *, aliases: bool) -> None:
         raise ValueError(str(err).removeprefix(f"{field}: ")) from None
 
 
-def _check_sampled(name: str, axis: Axis, base: dict[str, Any]) -> None:
-    """A uniform/loguniform axis samples real numbers within [low, high]: only for a real-valued field, and
-    both ends must be values the field accepts (a grid cell is checked the same way, in `trials`)."""
-    if axis.type not in ("uniform", "loguniform") or axis.low is None or axis.high is None:
-        return
-    if name in TYPES and TYPES[name] is not float:
-        raise ValueError(
-            f"search_space.axes.{name}: a {axis.type} axis samples real numbers; use grid or choice"
-        )
-    for end in (axis.low, axis.high):
-        try:
-            expand_grid(base, {name: [end]})
-        except ValueError as err:
-            raise ValueError(f"search_space.axes.{name}: {err}") from None
-
-
 def _nonempty_task(schema: dict[str, Any]) -> None:
     """`task` in the JSON schema: a non-empty name, or a non-empty list (the document states what
     `JobSpec._known_task` refuses, so a schema-valid spec is never refused for an empty task)."""
     for option in schema.get("anyOf", []):
         option["minLength" if option.get("type") == "string" else "minItems"] = 1
-
-
-def _training_model() -> type[BaseModel]:
-    """The spec's `training` block: the trial fields marked `spec` in worker.contract.trial, with the
-    same defaults, bounds and help."""
-    defaults = TrainConfig()
-    declared: dict[str, Any] = {}
-    for name, knob in KNOBS.items():
-        if knob.spec:
-            bounds = {k: getattr(knob, k) for k in ("ge", "gt", "le", "lt") if getattr(knob, k) is not None}
-            default = getattr(defaults, name)
-            if knob.omit_default:
-                bounds["exclude_if"] = lambda value, default=default: value == default
-            declared[name] = (TYPES[name], Field(default, description=knob.help, **bounds))
-    model: type[BaseModel] = create_model("Training", __base__=StrictModel, **declared)
-    return model
-
-
-if TYPE_CHECKING:
-
-    class Training(StrictModel):
-        """The fields are derived from worker.contract.trial at run time (see _training_model)."""
-
-else:
-    Training = _training_model()
 
 
 class JobSpec(StrictModel):
@@ -237,86 +195,17 @@ class JobSpec(StrictModel):
         cells = math.prod(len(v) for v in self.grid_axes().values()) * len(self.function_grid())
         if cells > MAX_CELLS:
             raise ValueError(f"the grid has {cells} cells (with seeds); the limit is {MAX_CELLS}")
-        self._check_workers()
+        rules.check_workers(self)
         donor = (info.context or {}).get(PLAN_OF)
         if isinstance(donor, JobSpec):
             self._adopt_plan(donor)
         self.trials()  # every cell must make a valid training configuration
         for name, axis in self.sampled_axes().items():
-            _check_sampled(name, axis, self.base_values())
-        if self.search.algorithm == "optuna":
-            self._check_optuna()
-        self._check_multitask()
-        self._check_function()
+            rules.check_sampled(name, axis, self.base_values())
+        rules.check_optuna(self)
+        rules.check_multitask(self)
+        rules.check_function(self)
         return self
-
-    def _check_function(self) -> None:
-        """A function trial has no model, method or LoRA of the loop's to use; Optuna takes one
-        configuration's trial fields only, and a joint multitask run is the loop's own."""
-        if self.function is None:
-            return
-        if self.search.algorithm == "optuna":
-            raise ValueError("function: search.algorithm optuna is not supported yet; use grid or random")
-        if self.multitask is not None:
-            raise ValueError("function: a custom-function job cannot be a multitask job")
-        if self.peft is not None:
-            raise ValueError("function: peft configures the built-in loop's model; a function trains its own")
-
-    def _check_multitask(self) -> None:
-        """A joint run needs at least two distinct tasks; ASHA would stop it by the joint epochs alone, its
-        batches run on one worker, it chooses its epochs on dev (no held-out validation split), and it
-        trains every weight (no LoRA)."""
-        if self.multitask is None:
-            return
-        if len(self.tasks) < 2 or len(set(self.tasks)) != len(self.tasks):
-            raise ValueError(
-                f"multitask: needs a `task` list of at least 2 distinct tasks to train jointly, got {self.tasks}"
-            )
-        if self.search.asha is not None:
-            raise ValueError("multitask: search.asha is not supported (it would stop before the fine-tuning)")
-        if self.base_values()["workers"] > 1:
-            raise ValueError(
-                "multitask: training.workers > 1 is not supported; a multitask trial runs on one worker"
-            )
-        if self.base_values()["validation_fraction"] > 0:
-            raise ValueError(
-                "multitask: training.validation_fraction is not supported; a multitask trial selects on dev"
-            )
-        if self.peft is not None:
-            raise ValueError(
-                "multitask: peft is not supported yet; a multitask trial shares one encoder between its "
-                "task models, which LoRA's wrapper does not"
-            )
-
-    def _check_workers(self) -> None:
-        """Data-parallel ranks on GPUs take one whole GPU each: as many ranks as GPUs per trial; on CPU,
-        at least one of the trial's CPUs each."""
-        workers, gpus, cpus = self.base_values()["workers"], self.resources.gpus, self.resources.cpus
-        if not gpus and workers > cpus:
-            raise ValueError(
-                f"training.workers: {workers} CPU ranks need at least {workers} CPUs per trial (resources.cpus "
-                f"is {cpus:g})"
-            )
-        if gpus and workers > 1 and workers != gpus:
-            raise ValueError(
-                f"training.workers: {workers} ranks of a trial take one GPU each, but resources.gpus is {gpus:g}; "
-                f"set resources.gpus to {workers} (or workers to {gpus:g})"
-            )
-
-    def _check_optuna(self) -> None:
-        """Optuna proposes values for the sampled axes of one configuration; Tune's grid cells cannot be
-        handed to it (its choices are plain values), so a grid beyond one cell is refused, saying why."""
-        if not self.sampled_axes():
-            raise ValueError(
-                "search.algorithm: optuna needs at least one choice, uniform or loguniform axis to search"
-            )
-        cells = len(self.trials())
-        if cells > 1:
-            several = [n for n, v in self.grid_axes().items() if len(v) > 1]
-            raise ValueError(
-                f"search.algorithm: optuna searches one configuration, but the grid has {cells} cells (axes "
-                f"{', '.join(several)}); make them choice axes, or run one job per seed or task"
-            )
 
     @property
     def tasks(self) -> list[str]:
