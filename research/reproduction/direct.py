@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         "--grid", action="store_true", help="run vanilla's grid in full instead of the methods"
     )
     parser.add_argument("--grid-epochs", default="", help="the grid's epochs axis (default: the campaign's)")
-    parser.add_argument("--seeds", default="", help="default: the campaign's")
+    parser.add_argument("--seeds", default="",
+                        help="default: the campaign's (with --methods radius: each cell's planned seeds, of which "
+                        "--seeds keeps those named)")  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--workers", type=int, default=1, help="trials at a time")
@@ -241,11 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     narrowed: dict[str, Any] = {}
     if args.methods:
         wanted = set(args.methods.split(","))
-        if "radius" in wanted:  # the radius x lambda_s cells with their baselines (plan.RADIUS_METHODS)
-            wanted = (wanted - {"radius"}) | {*plan.RADIUS_BASELINES, *plan.RADIUS_LABELS}
+        if "radius" in wanted and wanted != {"radius"}:
+            parser.error("--methods: radius runs the radius table's own plan; name it alone")
         if "linearized" in wanted:  # the linearised rows beside the exact ones (plan.LINEARIZED_METHODS)
             wanted = (wanted - {"linearized"}) | {*plan.LINEARIZED_BASELINES, *plan.LINEARIZED_LABELS}
         narrowed["methods"] = tuple(m for m in plan.ALL_METHODS if m.label in wanted)
+        if wanted == {
+            "radius"
+        }:  # the radius x lambda_s cells with their baselines, each on its planned seeds
+            wanted = {m.label for m in plan.RADIUS_PLAN}
+            narrowed |= {"methods": plan.RADIUS_PLAN, "seeds": plan.RADIUS_PLAN_SEEDS}
         if unknown := wanted - {m.label for m in narrowed["methods"]}:
             parser.error(
                 f"--methods: no such row {', '.join(sorted(unknown))} (see research.reproduction.plan)"

@@ -118,7 +118,11 @@ def radius_section(records: Records) -> list[str]:
         f"Every seed runs the λ_s sweep at ε = {plan.RADIUS_ACTS:g}, the radius where R_s's gradient is a",
         "measurable share of the task's, and the radius sweep at the paper's λ_s = 1; the other corners are",
         f"screened on seeds {_seeds(plan.RADIUS_SCREEN_SEEDS)} (`plan.radius_seeds`): at ε = 1e-3 R_s is inert, at",
-        "ε = 1e-1 the ascent leaves the quadratic regime (STS-B's first two seeds showed both).",
+        "ε = 1e-1 the ascent leaves the quadratic regime (STS-B's first two seeds showed both). The cells that",
+        f"decide the recommendation run on ten seeds ({_seeds(plan.SEEDS)} and {_seeds(plan.DECIDING_SEEDS)}; the grid's",
+        f"{_seeds(plan.GRID_SEEDS)} choose and are not reported): vanilla, the teacher alone and λ_s = 1 at ε =",
+        f"{plan.RADIUS_ACTS:g}, the paper's weight at the radius that acts. That rule, not a score, chose the cell",
+        "(it was set at stop 57, when this cell also read highest of the SMART cells, on STS-B's first three seeds).",
         "",
     ]
     for task in tasks:
@@ -144,18 +148,20 @@ def _seeds(seeds: Sequence[int]) -> str:
 
 def progress(records: Records, task: str) -> list[str]:
     """How much of the task's grid has run, and its two baselines' scores (the cells' reference)."""
-    plan_seeds = {label: set(plan.SEEDS) for label in plan.RADIUS_BASELINES} | {
-        m.label: set(plan.CAMPAIGN.method_seeds(m)) for m in plan.RADIUS_METHODS
-    }
+    plan_seeds = {m.label: set(m.seeds or plan.SEEDS) for m in plan.RADIUS_PLAN}
     done = [r for r in records if r["task"] == task and r["method"] in plan_seeds]
     planned_done = sum(r["seed"] in plan_seeds[r["method"]] for r in done)
     seeds = sorted({r["seed"] for r in done})
-    screened = [m for m in plan.RADIUS_METHODS if m.seeds is not None]
+    deciding, screened = (
+        len(set(plan.DECIDING_LABELS) & set(plan.RADIUS_LABELS)),
+        sum(m.seeds == plan.RADIUS_SCREEN_SEEDS for m in plan.RADIUS_PLAN),
+    )
+    swept = len(plan.RADIUS_METHODS) - deciding - screened
     devices = sorted({f"{r.get('device', '?')} ({r.get('precision', '?')})" for r in done})
     extra = len(done) - planned_done
     lines = [f"{planned_done} of {sum(map(len, plan_seeds.values()))} planned trials (the two baselines and "
-             f"{len(plan.RADIUS_METHODS) - len(screened)} cells on seeds {_seeds(plan.SEEDS)}, {len(screened)} "
-             f"cells screened on seeds {_seeds(plan.RADIUS_SCREEN_SEEDS)})"
+             f"{deciding} deciding cell on seeds {_seeds(plan.SEEDS)} and {_seeds(plan.DECIDING_SEEDS)}, {swept} cells on seeds "
+             f"{_seeds(plan.SEEDS)}, {screened} cells screened on seeds {_seeds(plan.RADIUS_SCREEN_SEEDS)})"
              + (f" and {extra} beyond the plan" if extra else "")
              + f"; seeds run: {', '.join(map(str, seeds))}; ran on {', '.join(devices)}."]  # fmt: skip
     for method, name in (("vanilla", "vanilla"), ("smart-breg-only", "the teacher alone")):

@@ -3,6 +3,7 @@ held-out rows and unreported grid seeds, and the radius x λ_s cells with their 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,22 +73,63 @@ def test_the_radius_cells_put_the_ascent_on_the_balls_face() -> None:
 
 def test_every_seed_runs_the_two_sweeps_and_two_seeds_screen_the_corners() -> None:
     """The λ_s sweep at the radius that acts and the radius sweep at λ_s = 1 on every seed; the corners
-    (ε 1e-3 and 1e-1 at λ_s 0.1 and 10) on the screen's seeds, and none of them when only others are asked."""
-    campaign = plan.Campaign(methods=plan.RADIUS_METHODS)
+    (ε 1e-3 and 1e-1 at λ_s 0.1 and 10) on the screen's seeds, and none of them when only others are asked;
+    the deciding cells (the baselines, λ_s 1 at the radius that acts) on ten seeds, none of them the grid's."""
+    campaign = plan.Campaign(methods=plan.RADIUS_PLAN, seeds=plan.RADIUS_PLAN_SEEDS)
     trials = direct.trial_configs(campaign, ["stsb"], learning_rate=5e-5, epochs=2, train_examples=1000,
                                   overrides={})  # fmt: skip
     seeds: dict[str, set[int]] = {}
     for trial in trials:
         seeds.setdefault(trial["_method"], set()).add(trial["seed"])
+    ten = set(plan.SEEDS + plan.DECIDING_SEEDS)
+    assert len(ten) == 10 and not ten & set(plan.GRID_SEEDS)
+    for label in plan.RADIUS_BASELINES:
+        assert seeds[label] == ten, label
     for method in plan.RADIUS_METHODS:
         eps, lam = method.params["epsilon"], method.params["lambda_s"]
-        full = eps == plan.RADIUS_ACTS or lam == 1.0
-        assert seeds[method.label] == set(plan.SEEDS if full else plan.RADIUS_SCREEN_SEEDS), method.label
-    assert sum(map(len, seeds.values())) == 5 * 5 + 4 * 2
-    later = plan.Campaign(methods=plan.RADIUS_METHODS, seeds=(3, 4))
+        expected = (ten if (eps, lam) == (plan.RADIUS_ACTS, 1.0)
+                    else set(plan.SEEDS) if eps == plan.RADIUS_ACTS or lam == 1.0
+                    else set(plan.RADIUS_SCREEN_SEEDS))  # fmt: skip
+        assert seeds[method.label] == expected, method.label
+    assert set(plan.DECIDING_LABELS) == {label for label, s in seeds.items() if s == ten}
+    assert sum(map(len, seeds.values())) == 3 * 10 + 4 * 5 + 4 * 2
+    later = plan.Campaign(methods=plan.RADIUS_PLAN, seeds=(3, 4))
     labels = {t["_method"] for t in direct.trial_configs(later, ["stsb"], learning_rate=5e-5, epochs=2,
                                                          train_examples=1000, overrides={})}  # fmt: skip
-    assert labels == {m.label for m in plan.RADIUS_METHODS if m.seeds is None}
+    assert labels == {m.label for m in plan.RADIUS_PLAN if m.seeds != plan.RADIUS_SCREEN_SEEDS}
+
+
+def test_direct_radius_runs_the_plan_on_its_own_seeds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`--methods radius` expands to the radius plan with each cell's planned seeds (the deciding ones
+    included); `--seeds` keeps only those named; naming radius beside other rows is refused."""
+    seen: list[plan.Campaign] = []
+
+    def capture(campaign: plan.Campaign, *_: object, **__: object) -> list[dict[str, object]]:
+        seen.append(campaign)
+        return []
+
+    monkeypatch.setattr(direct, "trial_configs", capture)
+    monkeypatch.setattr(direct, "run", lambda *_: None)  # nothing to train: the plan is what is checked
+    monkeypatch.setattr(direct, "table", lambda _: "")
+    args = [
+        "--out",
+        str(tmp_path / "records.jsonl"),
+        "--tasks",
+        "stsb",
+        "--learning-rate",
+        "5e-5",
+        "--epochs",
+        "2",
+        "--methods",
+    ]
+    direct.main([*args, "radius"])
+    assert seen[-1].methods == plan.RADIUS_PLAN and seen[-1].seeds == plan.RADIUS_PLAN_SEEDS
+    direct.main([*args, "radius", "--seeds", "9,10"])
+    assert seen[-1].seeds == (9, 10)
+    with pytest.raises(SystemExit):
+        direct.main([*args, "radius,smart"])
 
 
 def test_the_linearized_rows_differ_from_their_exact_twins_only_in_rs_arithmetic() -> None:
@@ -143,12 +185,12 @@ def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_t
         in text
     )
     assert (
-        "9 of 43 planned trials (the two baselines and 5 cells on seeds 1-5, 4 cells screened on seeds 1, 2); "
-        "seeds run: 1, 2, 3; ran on " in text
+        "9 of 58 planned trials (the two baselines and 1 deciding cell on seeds 1-5 and 9-13, 4 cells on seeds "
+        "1-5, 4 cells screened on seeds 1, 2); seeds run: 1, 2, 3; ran on " in text
     )  # how far the grid has run
     corner = plan.radius_label(1e-3, 10.0)  # screened on seeds 1 and 2: a third seed is counted apart
     more = [*records, *(_radius_record(s, 81.0, corner, 1e-3) for s in (1, 2, 3))]
-    assert "11 of 43 planned trials" in "\n".join(radius.progress(more, "mrpc"))
+    assert "11 of 58 planned trials" in "\n".join(radius.progress(more, "mrpc"))
     assert "and 1 beyond the plan; seeds run" in "\n".join(radius.progress(more, "mrpc"))
     assert "Vanilla: 81.00 ± 1.00 (n = 3). The teacher alone: 81.50 ± 1.00 (n = 3)." in text
     assert "ε ∈ {0.001, 0.01, 0.1}" in text and "{0.1, 1, 10}" in text  # the plan's grid, not a stale one
