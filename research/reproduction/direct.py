@@ -245,14 +245,15 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.methods.split(","))
         if "radius" in wanted and wanted != {"radius"}:
             parser.error("--methods: radius runs the radius table's own plan; name it alone")
+        # `radius`: the radius x lambda_s cells with their baselines, each on its planned seeds
+        radius = wanted == {"radius"}
+        if radius:
+            wanted = {m.label for m in plan.RADIUS_PLAN}
+            narrowed["seeds"] = plan.RADIUS_PLAN_SEEDS
         if "linearized" in wanted:  # the linearised rows beside the exact ones (plan.LINEARIZED_METHODS)
             wanted = (wanted - {"linearized"}) | {*plan.LINEARIZED_BASELINES, *plan.LINEARIZED_LABELS}
-        narrowed["methods"] = tuple(m for m in plan.ALL_METHODS if m.label in wanted)
-        if wanted == {
-            "radius"
-        }:  # the radius x lambda_s cells with their baselines, each on its planned seeds
-            wanted = {m.label for m in plan.RADIUS_PLAN}
-            narrowed |= {"methods": plan.RADIUS_PLAN, "seeds": plan.RADIUS_PLAN_SEEDS}
+        rows = plan.RADIUS_PLAN if radius else plan.ALL_METHODS
+        narrowed["methods"] = tuple(m for m in rows if m.label in wanted)
         if unknown := wanted - {m.label for m in narrowed["methods"]}:
             parser.error(
                 f"--methods: no such row {', '.join(sorted(unknown))} (see research.reproduction.plan)"

@@ -107,13 +107,14 @@ RADIUS_SCREEN_SEEDS = (1, 2)
 # where R_s acts, fixed by that rule, not by its scores. Five more seeds, after the grid's 6-8 (which choose,
 # and are never reported).
 DECIDING_SEEDS = (9, 10, 11, 12, 13)
+TEN_SEEDS = SEEDS + DECIDING_SEEDS  # a deciding cell's
 
 
 def radius_seeds(epsilon: float, lambda_s: float) -> tuple[int, ...]:
     """The seeds a radius cell is planned on: ten for the deciding cell, five on the two sweeps, two for the
     corners (the screen)."""
     if epsilon == RADIUS_ACTS and lambda_s == 1.0:
-        return SEEDS + DECIDING_SEEDS
+        return TEN_SEEDS
     return SEEDS if epsilon == RADIUS_ACTS or lambda_s == 1.0 else RADIUS_SCREEN_SEEDS
 
 
@@ -132,7 +133,7 @@ RADIUS_BASELINES = ("vanilla", "smart-breg-only")  # what each radius cell is co
 DECIDING_LABELS = (*RADIUS_BASELINES, radius_label(RADIUS_ACTS, 1.0))  # the cells on ten seeds
 # The radius table's whole plan: the two baselines on the deciding cell's ten seeds, then the cells.
 RADIUS_PLAN: tuple[Method, ...] = (
-    *(replace(m, seeds=SEEDS + DECIDING_SEEDS) for m in METHODS if m.label in RADIUS_BASELINES),
+    *(replace(m, seeds=TEN_SEEDS) for m in METHODS if m.label in RADIUS_BASELINES),
     *RADIUS_METHODS,
 )
 RADIUS_PLAN_SEEDS = tuple(sorted({s for m in RADIUS_PLAN for s in m.seeds or SEEDS}))
