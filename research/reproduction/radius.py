@@ -170,4 +170,8 @@ def progress(records: Records, task: str) -> list[str]:
             m, sd = mean_sd(values)
             spread = "–" if math.isnan(sd) else f"{sd:.2f}"
             lines.append(f"{name.capitalize()}: {m:.2f} ± {spread} (n = {len(values)}).")
+    lead = _against(_values(records, task, "smart-breg-only"), _values(records, task, "vanilla"))
+    if lead is not None:  # the recommendation's first question: does the teacher alone beat vanilla?
+        lines.append(f"The teacher alone minus vanilla, paired over {lead.n} seeds: {_diff(lead)}, "
+                     f"Wilcoxon {fmt_exact(lead.p_wilcoxon)}.")  # fmt: skip
     return [" ".join(lines)]

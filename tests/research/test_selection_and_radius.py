@@ -193,6 +193,10 @@ def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_t
     assert "11 of 58 planned trials" in "\n".join(radius.progress(more, "mrpc"))
     assert "and 1 beyond the plan; seeds run" in "\n".join(radius.progress(more, "mrpc"))
     assert "Vanilla: 81.00 ± 1.00 (n = 3). The teacher alone: 81.50 ± 1.00 (n = 3)." in text
+    assert (
+        "The teacher alone minus vanilla, paired over 3 seeds: +0.50 [+0.50, +0.50], t 0.000, sign 0.25, "
+        "Wilcoxon 0.25." in text
+    )  # the recommendation's own comparison, printed where its two rows' means are
     assert "ε ∈ {0.001, 0.01, 0.1}" in text and "{0.1, 1, 10}" in text  # the plan's grid, not a stale one
     assert radius.radius_section([r for r in records if r["method"] == "vanilla"]) == []
     assert "SMART at radii where R_s acts" in report.render([], [], radius=records)
