@@ -181,8 +181,8 @@ def test_the_radius_section_compares_each_cell_with_vanilla_and_the_teacher_on_t
     text = "\n".join(radius.radius_section(records))
     assert "### mrpc (f1)" in text
     assert (
-        "| 0.01 | 1 | 3 | 82.00 ± 1.00 | +1.00 [+1.00, +1.00], t 0.000, sign 0.25 | +0.50, t 0.000 | 3 of 3 |"
-        in text
+        "| 0.01 | 1 | 3 | 82.00 ± 1.00 | +1.00 [+1.00, +1.00], t 0.000, sign 0.25 | +0.50 [+0.50, +0.50], t 0.000, sign 0.25 "
+        "| 3 of 3 |" in text
     )
     assert (
         "9 of 58 planned trials (the two baselines and 1 deciding cell on seeds 1-5 and 9-13, 4 cells on seeds "
